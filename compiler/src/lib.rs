@@ -1,2 +1,12 @@
 //! strata-compiler: from a GGUF pack and a target to the kernels that pack needs.
+//!
+//! Stages are pure functions over plain data: [`pack`] reads and validates the GGUF
+//! container, [`model`] derives the typed model description, [`quant`] holds the block
+//! formats and their CPU reference dequantizers. [`synth`] writes synthetic packs and
+//! [`inspect`] describes a pack for people and tools.
+
+pub mod inspect;
+pub mod model;
+pub mod pack;
 pub mod quant;
+pub mod synth;

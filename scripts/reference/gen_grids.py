@@ -7,6 +7,7 @@ and packed the way ggml packs them: one byte per grid element, little-endian,
 in a u64 (8 elements) or a u32 (4 elements) per grid point.
 
 Usage: python3 scripts/reference/gen_grids.py > compiler/src/quant/grids.rs
+(rustfmt skips that file, so the output stays as generated.)
 """
 import numpy as np
 from gguf import quants

@@ -9,9 +9,7 @@ use super::grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3
 use super::{f16_at, u16_at, u32_at};
 
 /// The non-linear 4-bit codebook of IQ4_NL and IQ4_XS.
-pub const IQ4NL_VALUES: [i8; 16] = [
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-];
+pub const IQ4NL_VALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /// Offset added to every IQ1 grid value before scaling (`IQ1S_DELTA`).
 pub const IQ1_DELTA: f32 = 0.125;

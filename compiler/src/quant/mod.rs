@@ -5,6 +5,7 @@
 //! float operations, no fused multiply-adds), not for speed.
 
 mod float;
+#[rustfmt::skip]
 pub mod grids;
 mod iquants;
 mod kquants;
@@ -66,13 +67,7 @@ struct Layout {
     block_bytes: usize,
 }
 
-const fn layout(
-    ty: GgmlType,
-    id: u32,
-    name: &'static str,
-    block_len: usize,
-    block_bytes: usize,
-) -> Layout {
+const fn layout(ty: GgmlType, id: u32, name: &'static str, block_len: usize, block_bytes: usize) -> Layout {
     Layout { ty, id, name, block_len, block_bytes }
 }
 
@@ -188,7 +183,7 @@ impl GgmlType {
     /// Bytes of a row of `n` elements, or `None` when `n` is not a whole number of blocks.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let len = self.block_len() as u64;
-        (n % len == 0).then(|| n / len * self.block_bytes() as u64)
+        n.is_multiple_of(len).then(|| n / len * self.block_bytes() as u64)
     }
 
     /// Dequantizes whole blocks: `bytes` holds `out.len() / block_len` blocks.
@@ -196,12 +191,8 @@ impl GgmlType {
     /// Results are bit-identical to ggml's `dequantize_row_*` (see the fixture tests).
     pub fn dequantize(self, bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
         let (len, size) = (self.block_len(), self.block_bytes());
-        if out.len() % len != 0 || bytes.len() != out.len() / len * size {
-            return Err(QuantError::Length {
-                ty: self,
-                bytes: bytes.len(),
-                values: out.len(),
-            });
+        if !out.len().is_multiple_of(len) || bytes.len() != out.len() / len * size {
+            return Err(QuantError::Length { ty: self, bytes: bytes.len(), values: out.len() });
         }
         match self {
             G::F32 => float::f32s(bytes, out),
@@ -226,8 +217,9 @@ impl GgmlType {
             G::IQ1_M => each_block(bytes, out, iquants::iq1_m),
             G::IQ4_NL => each_block(bytes, out, iquants::iq4_nl),
             G::IQ4_XS => each_block(bytes, out, iquants::iq4_xs),
-            G::Q8_1 | G::Q8_K | G::I8 | G::I16 | G::I32 | G::I64 | G::F64 | G::TQ1_0
-            | G::TQ2_0 | G::MXFP4 => return Err(QuantError::Unsupported(self)),
+            G::Q8_1 | G::Q8_K | G::I8 | G::I16 | G::I32 | G::I64 | G::F64 | G::TQ1_0 | G::TQ2_0 | G::MXFP4 => {
+                return Err(QuantError::Unsupported(self));
+            }
         }
         Ok(())
     }
@@ -315,10 +307,7 @@ mod tests {
         assert!(G::Q4_0.dequantize(&[0; 17], &mut out).is_err());
         assert!(G::Q4_0.dequantize(&[0; 18], &mut out[..31]).is_err());
         assert!(G::Q4_0.dequantize(&[0; 18], &mut out).is_ok());
-        assert_eq!(
-            G::MXFP4.dequantize(&[0; 17], &mut out),
-            Err(QuantError::Unsupported(G::MXFP4))
-        );
+        assert_eq!(G::MXFP4.dequantize(&[0; 17], &mut out), Err(QuantError::Unsupported(G::MXFP4)));
     }
 
     #[test]

@@ -13,8 +13,17 @@ use GgmlType as G;
 /// top nibbles of its scale words and is handled apart).
 fn scale_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
-        G::Q4_0 | G::Q5_0 | G::Q8_0 | G::IQ2_XXS | G::IQ2_XS | G::IQ2_S | G::IQ3_XXS
-        | G::IQ3_S | G::IQ1_S | G::IQ4_NL | G::IQ4_XS => &[0],
+        G::Q4_0
+        | G::Q5_0
+        | G::Q8_0
+        | G::IQ2_XXS
+        | G::IQ2_XS
+        | G::IQ2_S
+        | G::IQ3_XXS
+        | G::IQ3_S
+        | G::IQ1_S
+        | G::IQ4_NL
+        | G::IQ4_XS => &[0],
         G::Q4_1 | G::Q5_1 | G::Q4_K | G::Q5_K => &[0, 2],
         G::Q2_K => &[80, 82],
         G::Q3_K => &[108],
@@ -59,14 +68,9 @@ fn unit_scale_rms(ty: GgmlType, rng: &mut impl Rng) -> Result<f32, QuantError> {
 ///
 /// `out.len()` must be a whole number of blocks. Plain number types get normally
 /// distributed values (F16 and BF16 rounded to nearest).
-pub fn random_blocks(
-    ty: GgmlType,
-    rng: &mut impl Rng,
-    out: &mut [u8],
-    rms: f32,
-) -> Result<(), QuantError> {
+pub fn random_blocks(ty: GgmlType, rng: &mut impl Rng, out: &mut [u8], rms: f32) -> Result<(), QuantError> {
     let size = ty.block_bytes();
-    if out.len() % size != 0 {
+    if !out.len().is_multiple_of(size) {
         return Err(QuantError::Length { ty, bytes: out.len(), values: 0 });
     }
     match ty {

@@ -1,0 +1,357 @@
+//! The typed model description of a pack, and the tensors each family must have.
+//!
+//! Keys follow llama.cpp's naming (`{arch}.block_count`, `{arch}.attention.head_count`,
+//! ...); defaults are the ones llama.cpp applies when a key is absent.
+
+use serde::Serialize;
+
+use crate::pack::{Pack, PackError, PackErrorKind};
+use crate::quant::GgmlType;
+
+/// The model families strata runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// Llama 2/3, SmolLM2, Mistral-style dense models.
+    Llama,
+    /// Qwen2 / Qwen2.5: Llama plus q/k/v biases.
+    Qwen2,
+    /// Qwen3 dense: per-head RMSNorm on q and k.
+    Qwen3,
+    /// Qwen3 mixture of experts (Qwen3-30B-A3B, Qwen3-Coder).
+    Qwen3Moe,
+}
+
+impl Family {
+    /// Every family, in the order error messages list them.
+    pub const ALL: [Family; 4] = [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Qwen3Moe];
+
+    /// The `general.architecture` string.
+    pub fn arch(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
+            Family::Qwen3Moe => "qwen3moe",
+        }
+    }
+
+    /// The family named by a `general.architecture` string.
+    pub fn from_arch(arch: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.arch() == arch)
+    }
+
+    /// Whether the FFN is a mixture of experts.
+    pub fn is_moe(self) -> bool {
+        self == Family::Qwen3Moe
+    }
+}
+
+/// Mixture-of-experts shape.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Experts {
+    /// Experts per layer.
+    pub count: u32,
+    /// Experts each token is routed to.
+    pub used: u32,
+    /// FFN width of one expert.
+    pub ffn: u32,
+}
+
+/// Everything about a model's shape that kernels and the runtime specialize on.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelDesc {
+    /// Model family.
+    pub family: Family,
+    /// Transformer blocks.
+    pub layers: u32,
+    /// Embedding (hidden) width.
+    pub embd: u32,
+    /// Dense FFN width (for MoE packs, the key's value if present, else 0).
+    pub ffn: u32,
+    /// Attention (query) heads.
+    pub heads: u32,
+    /// Key/value heads (grouped-query attention when fewer than `heads`).
+    pub kv_heads: u32,
+    /// Key (and query) length per head.
+    pub head_dim_k: u32,
+    /// Value length per head.
+    pub head_dim_v: u32,
+    /// RoPE base frequency.
+    pub rope_base: f32,
+    /// Dimensions of each head that RoPE rotates.
+    pub rope_dims: u32,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// Training context length.
+    pub context: u32,
+    /// Vocabulary size (rows of the embedding).
+    pub vocab: u32,
+    /// Mixture-of-experts shape, for MoE families.
+    pub experts: Option<Experts>,
+    /// Whether the output projection reuses the token embedding.
+    pub tied_output: bool,
+}
+
+/// What a tensor is for: decides how it is generated, planned and checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Token embedding table (gathered by row).
+    Embedding,
+    /// RMSNorm weight.
+    Norm,
+    /// Weight of a linear layer (a GEMV at decode).
+    Linear,
+    /// Output projection to the vocabulary.
+    Output,
+    /// Bias of a linear layer.
+    Bias,
+    /// MoE router weight.
+    Router,
+    /// Stacked expert weights, `[in, out, experts]`.
+    Experts,
+}
+
+/// One tensor a family needs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ExpectedTensor {
+    /// Tensor name.
+    pub name: String,
+    /// Shape in ggml order.
+    pub shape: Vec<u64>,
+    /// What it is for.
+    pub role: Role,
+}
+
+impl ModelDesc {
+    /// Reads the description from the pack's metadata and checks every tensor the
+    /// family needs is present with the right shape.
+    pub fn from_pack(pack: &Pack) -> Result<ModelDesc, PackError> {
+        let desc = Self::from_metadata(pack)?;
+        desc.check_tensors(pack)?;
+        Ok(desc)
+    }
+
+    fn from_metadata(pack: &Pack) -> Result<ModelDesc, PackError> {
+        let arch = pack.architecture()?;
+        let family = Family::from_arch(arch).ok_or_else(|| {
+            let known: Vec<_> = Family::ALL.iter().map(|f| f.arch()).collect();
+            pack.error(PackErrorKind::key(
+                "general.architecture",
+                format!("{arch:?} is not supported (supported: {})", known.join(", ")),
+            ))
+        })?;
+        let m = pack.metadata();
+        let err = |k| pack.error(k);
+        let key = |k: &str| format!("{arch}.{k}");
+        let required_u32 = |k: &str| -> Result<u32, PackError> {
+            let name = key(k);
+            m.u32(&name)
+                .map_err(err)?
+                .ok_or_else(|| err(PackErrorKind::key(&name, format!("missing (required for architecture {arch})"))))
+        };
+        let optional_u32 = |k: &str| m.u32(&key(k)).map_err(err);
+        let nonzero = |k: &str, v: u32| -> Result<u32, PackError> {
+            if v == 0 {
+                return Err(err(PackErrorKind::key(&key(k), "must be at least 1")));
+            }
+            Ok(v)
+        };
+
+        let layers = nonzero("block_count", required_u32("block_count")?)?;
+        // Every layer has tensors of its own: a count beyond the table is corrupt, and
+        // refusing it here keeps the expected-tensor list bounded by the file.
+        if layers as usize > pack.tensors().len() {
+            return Err(err(PackErrorKind::key(
+                &key("block_count"),
+                format!("{layers} layers, but the pack has only {} tensors", pack.tensors().len()),
+            )));
+        }
+        let embd = nonzero("embedding_length", required_u32("embedding_length")?)?;
+        let heads = nonzero("attention.head_count", required_u32("attention.head_count")?)?;
+        let kv_heads = nonzero("attention.head_count_kv", kv_heads(pack, &key("attention.head_count_kv"), heads)?)?;
+        if heads % kv_heads != 0 {
+            return Err(err(PackErrorKind::key(
+                &key("attention.head_count_kv"),
+                format!("{kv_heads} does not divide the {heads} query heads"),
+            )));
+        }
+        let head_dim_k = match optional_u32("attention.key_length")? {
+            Some(v) => nonzero("attention.key_length", v)?,
+            None if embd % heads == 0 => embd / heads,
+            None => {
+                return Err(err(PackErrorKind::key(
+                    &key("attention.key_length"),
+                    format!("missing, and embedding_length {embd} is not a multiple of head_count {heads}"),
+                )));
+            }
+        };
+        let head_dim_v = optional_u32("attention.value_length")?.unwrap_or(head_dim_k);
+        let rope_dims = optional_u32("rope.dimension_count")?.unwrap_or(head_dim_k);
+        if rope_dims > head_dim_k || rope_dims % 2 != 0 {
+            return Err(err(PackErrorKind::key(
+                &key("rope.dimension_count"),
+                format!("{rope_dims} must be even and at most the head length {head_dim_k}"),
+            )));
+        }
+        let rope_base = m.f64(&key("rope.freq_base")).map_err(err)?.unwrap_or(10_000.0) as f32;
+        let eps_key = key("attention.layer_norm_rms_epsilon");
+        let rms_eps =
+            m.f64(&eps_key).map_err(err)?.ok_or_else(|| {
+                err(PackErrorKind::key(&eps_key, format!("missing (required for architecture {arch})")))
+            })? as f32;
+        let context = required_u32("context_length")?;
+        let ffn = if family.is_moe() {
+            optional_u32("feed_forward_length")?.unwrap_or(0)
+        } else {
+            nonzero("feed_forward_length", required_u32("feed_forward_length")?)?
+        };
+        let experts = if family.is_moe() {
+            let count = nonzero("expert_count", required_u32("expert_count")?)?;
+            let used = nonzero("expert_used_count", required_u32("expert_used_count")?)?;
+            if used > count {
+                return Err(err(PackErrorKind::key(
+                    &key("expert_used_count"),
+                    format!("{used} is more than expert_count {count}"),
+                )));
+            }
+            let ffn = nonzero("expert_feed_forward_length", required_u32("expert_feed_forward_length")?)?;
+            Some(Experts { count, used, ffn })
+        } else {
+            None
+        };
+        let embedding = pack
+            .tensor("token_embd.weight")
+            .ok_or_else(|| err(PackErrorKind::tensor("token_embd.weight", "missing")))?;
+        let vocab = match embedding.shape.get(1).map(|&v| u32::try_from(v)) {
+            Some(Ok(v)) if embedding.shape.len() == 2 => v,
+            _ => {
+                return Err(err(PackErrorKind::tensor(
+                    "token_embd.weight",
+                    format!("shape {:?}, expected [{embd}, vocab]", embedding.shape),
+                )));
+            }
+        };
+        if let Some(declared) = optional_u32("vocab_size")?
+            && declared != vocab
+        {
+            return Err(err(PackErrorKind::key(
+                &key("vocab_size"),
+                format!("is {declared}, but token_embd.weight has {vocab} rows"),
+            )));
+        }
+        Ok(ModelDesc {
+            family,
+            layers,
+            embd,
+            ffn,
+            heads,
+            kv_heads,
+            head_dim_k,
+            head_dim_v,
+            rope_base,
+            rope_dims,
+            rms_eps,
+            context,
+            vocab,
+            experts,
+            tied_output: pack.tensor("output.weight").is_none(),
+        })
+    }
+
+    /// Every tensor this model needs, with shapes, in llama.cpp's names and order.
+    pub fn expected_tensors(&self) -> Vec<ExpectedTensor> {
+        let (e, v) = (u64::from(self.embd), u64::from(self.vocab));
+        let (heads, kv_heads) = (u64::from(self.heads), u64::from(self.kv_heads));
+        let (dk, dv) = (u64::from(self.head_dim_k), u64::from(self.head_dim_v));
+        let (q, k, vv, o) = (heads * dk, kv_heads * dk, kv_heads * dv, heads * dv);
+        let mut out = Vec::new();
+        let mut add = |name: String, shape: &[u64], role| {
+            out.push(ExpectedTensor { name, shape: shape.to_vec(), role });
+        };
+        add("token_embd.weight".into(), &[e, v], Role::Embedding);
+        for i in 0..self.layers {
+            let b = |s: &str| format!("blk.{i}.{s}");
+            add(b("attn_norm.weight"), &[e], Role::Norm);
+            add(b("attn_q.weight"), &[e, q], Role::Linear);
+            add(b("attn_k.weight"), &[e, k], Role::Linear);
+            add(b("attn_v.weight"), &[e, vv], Role::Linear);
+            if self.family == Family::Qwen2 {
+                add(b("attn_q.bias"), &[q], Role::Bias);
+                add(b("attn_k.bias"), &[k], Role::Bias);
+                add(b("attn_v.bias"), &[vv], Role::Bias);
+            }
+            if matches!(self.family, Family::Qwen3 | Family::Qwen3Moe) {
+                add(b("attn_q_norm.weight"), &[u64::from(self.head_dim_k)], Role::Norm);
+                add(b("attn_k_norm.weight"), &[u64::from(self.head_dim_k)], Role::Norm);
+            }
+            add(b("attn_output.weight"), &[o, e], Role::Linear);
+            add(b("ffn_norm.weight"), &[e], Role::Norm);
+            match self.experts {
+                None => {
+                    let f = u64::from(self.ffn);
+                    add(b("ffn_gate.weight"), &[e, f], Role::Linear);
+                    add(b("ffn_up.weight"), &[e, f], Role::Linear);
+                    add(b("ffn_down.weight"), &[f, e], Role::Linear);
+                }
+                Some(x) => {
+                    let (n, f) = (u64::from(x.count), u64::from(x.ffn));
+                    add(b("ffn_gate_inp.weight"), &[e, n], Role::Router);
+                    add(b("ffn_gate_exps.weight"), &[e, f, n], Role::Experts);
+                    add(b("ffn_up_exps.weight"), &[e, f, n], Role::Experts);
+                    add(b("ffn_down_exps.weight"), &[f, e, n], Role::Experts);
+                }
+            }
+        }
+        add("output_norm.weight".into(), &[e], Role::Norm);
+        if !self.tied_output {
+            add("output.weight".into(), &[e, v], Role::Output);
+        }
+        out
+    }
+
+    /// Checks that every expected tensor is present with its shape and a type strata
+    /// can compute with.
+    pub fn check_tensors(&self, pack: &Pack) -> Result<(), PackError> {
+        for expected in self.expected_tensors() {
+            let err = |what: String| pack.error(PackErrorKind::tensor(&expected.name, what));
+            let Some(t) = pack.tensor(&expected.name) else {
+                return Err(err(format!(
+                    "missing (architecture {} needs it, shape {:?})",
+                    self.family.arch(),
+                    expected.shape
+                )));
+            };
+            if t.shape != expected.shape {
+                return Err(err(format!("shape {:?}, expected {:?}", t.shape, expected.shape)));
+            }
+            if !t.ty.is_supported() {
+                return Err(err(format!(
+                    "type {} is not supported (supported: {})",
+                    t.ty,
+                    crate::quant::supported_list()
+                )));
+            }
+            if matches!(expected.role, Role::Norm | Role::Bias) && t.ty != GgmlType::F32 {
+                return Err(err(format!("type {}, expected F32 for a {:?} tensor", t.ty, expected.role)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `head_count_kv`: a number, or a per-layer array whose entries must all agree.
+fn kv_heads(pack: &Pack, key: &str, default: u32) -> Result<u32, PackError> {
+    let m = pack.metadata();
+    if let Ok(Some(array)) = m.array(key) {
+        let values: Vec<_> = (0..array.len()).filter_map(|i| array.get(i)).map(|v| v.as_u64()).collect();
+        return match values.first() {
+            Some(Some(first)) if values.iter().all(|v| *v == Some(*first)) => {
+                u32::try_from(*first).map_err(|_| pack.error(PackErrorKind::key(key, format!("{first} is too large"))))
+            }
+            _ => Err(pack.error(PackErrorKind::key(key, "per-layer KV head counts that differ are not supported"))),
+        };
+    }
+    Ok(m.u32(key).map_err(|k| pack.error(k))?.unwrap_or(default))
+}

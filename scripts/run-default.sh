@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up and runs the main job on the default model (SmolLM2-135M-Instruct Q4_1):
+# installs what is needed, fetches the model, builds, describes the pack and asks it a
+# chat question.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+model=$(scripts/fetch-model.sh)
+cargo build --release --locked --bins
+./target/release/strata-compile inspect "$model" | sed -n '1,8p'
+./target/release/strata-run generate --pack "$model" --chat --prompt "What is the capital of France?"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what strata's build and tests need on a fresh machine, then fetches the
+# default model. Idempotent; uses sudo for apt only when not root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# System packages the tests need (none beyond a Rust toolchain and python3 today;
+# the kernel compiler's clang-19/lld-19 join this list with the compiler issue).
+packages=()
+missing=()
+for p in "${packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+scripts/fetch-model.sh >/dev/null

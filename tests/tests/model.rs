@@ -1,0 +1,129 @@
+//! The model description of each family, and the errors for packs that are not models.
+
+use strata_compiler::model::{Family, ModelDesc, Role};
+use strata_compiler::pack::{Pack, Value};
+use strata_compiler::quant::GgmlType;
+use strata_compiler::synth::{self, Preset, Tokenizer, Types};
+use strata_tests::synthetic_pack;
+
+fn desc(bytes: Vec<u8>) -> Result<ModelDesc, String> {
+    let pack = Pack::from_bytes("test.gguf", bytes).map_err(|e| e.to_string())?;
+    ModelDesc::from_pack(&pack).map_err(|e| e.to_string())
+}
+
+#[test]
+fn synthetic_presets_describe_their_shapes() {
+    for (preset, family) in [
+        (Preset::TinyLlama, Family::Llama),
+        (Preset::TinyQwen3, Family::Qwen3),
+        (Preset::TinyQwen3Moe, Family::Qwen3Moe),
+    ] {
+        let shape = preset.shape();
+        let d = desc(synthetic_pack(preset, 3, &[GgmlType::Q4_K])).expect("valid");
+        assert_eq!(d.family, family);
+        assert_eq!((d.layers, d.embd, d.heads, d.kv_heads), (3, shape.embd, shape.heads, shape.kv_heads));
+        assert_eq!((d.head_dim_k, d.head_dim_v, d.rope_dims), (shape.head_dim, shape.head_dim, shape.head_dim));
+        assert_eq!((d.rope_base, d.rms_eps, d.context), (shape.rope_base, shape.rms_eps, shape.context));
+        assert_eq!(d.vocab, 257, "the byte-level tokenizer has 257 tokens");
+        assert_eq!(d.experts, shape.experts);
+        assert_eq!(d.tied_output, shape.tied_output);
+    }
+}
+
+#[test]
+fn qwen3moe_expert_tensors_are_three_dimensional() {
+    let d = desc(synthetic_pack(Preset::TinyQwen3Moe, 1, &[GgmlType::IQ2_XS])).expect("valid");
+    let experts = d.experts.expect("moe");
+    let down = d.expected_tensors().into_iter().find(|t| t.name == "blk.0.ffn_down_exps.weight").expect("listed");
+    assert_eq!(down.role, Role::Experts);
+    assert_eq!(down.shape, vec![u64::from(experts.ffn), u64::from(d.embd), u64::from(experts.count)]);
+}
+
+#[test]
+fn qwen2_needs_biases() {
+    let mut shape = Preset::TinyLlama.shape();
+    shape.family = Family::Qwen2;
+    shape.layers = 1;
+    let types = Types { weights: vec![GgmlType::Q8_0], embedding: GgmlType::Q8_0, output: GgmlType::Q8_0 };
+    let mut planned = synth::plan(&shape, &types, &Tokenizer::byte_level(), "qwen2").expect("valid");
+    let bytes = planned.writer.to_bytes(|_, _| {});
+    let d = desc(bytes).expect("valid qwen2");
+    assert_eq!(d.family, Family::Qwen2);
+    planned.writer.retain_tensors(|t| t.name != "blk.0.attn_k.bias");
+    let e = desc(planned.writer.to_bytes(|_, _| {})).unwrap_err();
+    assert_eq!(e, "test.gguf: tensor blk.0.attn_k.bias: missing (architecture qwen2 needs it, shape [128])");
+}
+
+fn planned_tiny() -> synth::Planned {
+    let mut shape = Preset::TinyLlama.shape();
+    shape.layers = 1;
+    let types = Types { weights: vec![GgmlType::Q4_0], embedding: GgmlType::Q8_0, output: GgmlType::Q6_K };
+    synth::plan(&shape, &types, &Tokenizer::byte_level(), "t").expect("valid")
+}
+
+#[test]
+fn packs_that_are_not_runnable_models_say_why() {
+    type Breaking = Box<dyn Fn(&mut synth::Planned)>;
+    let cases: Vec<(&str, Breaking)> = vec![
+        (
+            "test.gguf: key general.architecture: \"gemma3\" is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+            Box::new(|p| {
+                p.writer.kv("general.architecture", Value::String("gemma3".into()));
+            }),
+        ),
+        (
+            "test.gguf: key qwen3.block_count: missing (required for architecture qwen3)",
+            Box::new(|p| {
+                p.writer.kv("general.architecture", Value::String("qwen3".into()));
+            }),
+        ),
+        (
+            "test.gguf: key llama.block_count: expected an unsigned integer below 2^32, found string \"two\"",
+            Box::new(|p| {
+                p.writer.kv("llama.block_count", Value::String("two".into()));
+            }),
+        ),
+        (
+            "test.gguf: tensor blk.0.ffn_up.weight: missing (architecture llama needs it, shape [256, 512])",
+            Box::new(|p| {
+                p.writer.retain_tensors(|t| t.name != "blk.0.ffn_up.weight");
+            }),
+        ),
+        (
+            "test.gguf: tensor blk.0.ffn_gate.weight: shape [256, 512], expected [256, 1024]",
+            Box::new(|p| {
+                p.writer.kv("llama.feed_forward_length", Value::U32(1024));
+            }),
+        ),
+        (
+            "test.gguf: key llama.attention.head_count_kv: 3 does not divide the 4 query heads",
+            Box::new(|p| {
+                p.writer.kv("llama.attention.head_count_kv", Value::U32(3));
+            }),
+        ),
+        (
+            "test.gguf: key llama.vocab_size: is 300, but token_embd.weight has 257 rows",
+            Box::new(|p| {
+                p.writer.kv("llama.vocab_size", Value::U32(300));
+            }),
+        ),
+    ];
+    for (expected, breaking) in cases {
+        let mut planned = planned_tiny();
+        breaking(&mut planned);
+        assert_eq!(desc(planned.writer.to_bytes(|_, _| {})).unwrap_err(), expected);
+    }
+}
+
+#[test]
+fn unsupported_tensor_types_are_named() {
+    let mut planned = planned_tiny();
+    let tensors = planned.writer.tensors().to_vec();
+    planned.writer.retain_tensors(|_| false);
+    for t in tensors {
+        let ty = if t.name == "blk.0.attn_q.weight" { GgmlType::TQ2_0 } else { t.ty };
+        planned.writer.tensor(&t.name, ty, &t.shape).expect("whole blocks");
+    }
+    let e = desc(planned.writer.to_bytes(|_, _| {})).unwrap_err();
+    assert!(e.starts_with("test.gguf: tensor blk.0.attn_q.weight: type TQ2_0 is not supported"), "{e}");
+}
