@@ -7,5 +7,9 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 model=$(scripts/fetch-model.sh)
 cargo build --release --locked --bins
-./target/release/strata-compile inspect "$model" | sed -n '1,8p'
-./target/release/strata-run generate --pack "$model" --chat --prompt "What is the capital of France?"
+bin="${CARGO_TARGET_DIR:-target}/release"
+report=$(mktemp)
+trap 'rm -f "$report"' EXIT
+"$bin/strata-compile" inspect "$model" >"$report"
+sed -n '1,7p' "$report"
+"$bin/strata-run" generate --pack "$model" --chat --prompt "What is the capital of France?"
