@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# System packages the tests need (none beyond a Rust toolchain and python3 today;
-# the kernel compiler's clang-19/lld-19 join this list with the compiler issue).
-packages=()
+# System packages the tests need beyond a Rust toolchain and python3: Debian's clang-19
+# builds every kernel (CUDA -> PTX, HIP -> code objects, no vendor SDK), lld-19 links the
+# AMD code objects, llvm-19's llvm-readelf reads their resource notes.
+packages=(clang-19 lld-19 llvm-19)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-export STRATA_REQUIRE_MODELS=1
+export STRATA_REQUIRE=1
 cargo test --workspace --locked

@@ -121,3 +121,45 @@ fn run_validates_the_pack_and_says_what_is_not_built() {
     let e = stderr(&o);
     assert!(e.contains("valid qwen3moe pack") && e.contains("not yet"), "{e}");
 }
+
+#[test]
+fn targets_are_listed() {
+    let o = compile(&["targets"]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    for t in ["gfx1100", "gfx1030", "gfx90a", "gfx942", "sm_80", "sm_86", "sm_89", "sm_90", "sm_120"] {
+        assert!(text.lines().any(|l| l.starts_with(t)), "{t} missing from:\n{text}");
+    }
+    assert!(text.contains("gfx1100  amd       32"), "{text}");
+}
+
+#[test]
+fn compile_writes_a_manifest_and_refuses_bad_targets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = synth(dir.path(), &[]);
+    let out = dir.path().join("art");
+    let out = out.to_str().expect("utf-8");
+
+    let o = compile(&["--pack", &pack, "--target", "gfx9999", "--out", out]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unknown target \"gfx9999\" (known: gfx1100"), "{}", stderr(&o));
+
+    let o = compile(&["--pack", &pack, "--target", "gfx90a", "--run-on", "sm_90", "--out", out]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("gfx90a's kernels (wave 64) cannot run on sm_90"), "{}", stderr(&o));
+
+    let o = compile(&["--pack", &pack, "--target", "sm_90"]);
+    assert_eq!(o.status.code(), Some(2), "clap refuses a missing --out");
+
+    if strata_tests::toolchain().is_none() {
+        return;
+    }
+    let o = compile(&["--pack", &pack, "--target", "gfx1100", "--out", out, "--spec", "6"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("kernels for gfx1100 (HIP built for gfx1100)"), "{}", stderr(&o));
+    let manifest = std::fs::read_to_string(Path::new(out).join("manifest.toml")).expect("written");
+    assert!(manifest.contains("name = \"gemv_iq1_m_256x256_t6\""), "window 6 planned");
+    assert!(manifest.contains("vgprs = "), "AMD resources recorded");
+    let o = compile(&["--pack", &pack, "--target", "gfx1100", "--out", out, "--spec", "6"]);
+    assert!(stderr(&o).starts_with("up to date:"), "{}", stderr(&o));
+}

@@ -61,8 +61,10 @@ pub struct TensorRow {
     pub shape: Vec<u64>,
     /// Bytes of data.
     pub bytes: u64,
-    /// Shard index.
+    /// Shard index (into `files`).
     pub shard: usize,
+    /// Byte offset of the data in its shard file.
+    pub offset: u64,
 }
 
 /// Totals for one element type.
@@ -113,6 +115,7 @@ pub fn inspect(pack: &Pack) -> Inspection {
                 shape: t.shape.clone(),
                 bytes: t.bytes,
                 shard: t.shard,
+                offset: t.offset,
             })
             .collect(),
         bytes_by_type,

@@ -5,8 +5,14 @@
 //! formats and their CPU reference dequantizers. [`synth`] writes synthetic packs and
 //! [`inspect`] describes a pack for people and tools.
 
+pub mod artifacts;
+pub mod build;
+pub mod check;
+pub mod emit;
 pub mod inspect;
 pub mod model;
 pub mod pack;
+pub mod plan;
 pub mod quant;
 pub mod synth;
+pub mod target;

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use strata_compiler::build::Toolchain;
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::{self, Preset, Tokenizer, Types};
 
@@ -19,8 +20,8 @@ pub fn synthetic_pack(preset: Preset, layers: u32, weights: &[GgmlType]) -> Vec<
 /// The SmolLM2-135M-Instruct Q4_1 pack fetched by `scripts/fetch-model.sh`, if present:
 /// `$STRATA_SMOLLM2`, else `${STRATA_CACHE:-~/.cache/strata}/models/...`.
 ///
-/// When `STRATA_REQUIRE_MODELS` is set (CI sets it), a missing file fails the test
-/// instead of skipping it.
+/// When `STRATA_REQUIRE` is set (`scripts/test.sh`, and so CI, sets it), a missing file
+/// fails the test instead of skipping it.
 pub fn smollm2() -> Option<PathBuf> {
     let path = std::env::var_os("STRATA_SMOLLM2").map(PathBuf::from).unwrap_or_else(|| {
         let cache = std::env::var_os("STRATA_CACHE")
@@ -31,11 +32,66 @@ pub fn smollm2() -> Option<PathBuf> {
     if path.exists() {
         return Some(path);
     }
-    assert!(
-        std::env::var_os("STRATA_REQUIRE_MODELS").is_none(),
-        "{} is missing: run scripts/fetch-model.sh",
-        path.display()
-    );
+    assert!(std::env::var_os("STRATA_REQUIRE").is_none(), "{} is missing: run scripts/fetch-model.sh", path.display());
     eprintln!("skipping: {} not found (run scripts/fetch-model.sh)", path.display());
     None
+}
+
+/// clang 19+ (and llvm-readelf), found as `strata-compile` finds them; `None` skips the
+/// test locally, and fails it when `STRATA_REQUIRE` is set.
+pub fn toolchain() -> Option<Toolchain> {
+    match Toolchain::discover() {
+        Ok(t) if t.readelf.is_some() => Some(t),
+        other => {
+            assert!(
+                std::env::var_os("STRATA_REQUIRE").is_none(),
+                "clang-19, lld-19 and llvm-19 are needed: run scripts/setup.sh ({other:?})"
+            );
+            eprintln!("skipping: no clang 19+ with llvm-readelf (run scripts/setup.sh)");
+            None
+        }
+    }
+}
+
+/// Two small synthetic packs that together hold every supported quant type, in every
+/// kernel role (linear, expert, embedding, output), written to `dir`.
+pub fn every_type_packs(dir: &std::path::Path) -> Vec<PathBuf> {
+    use GgmlType as G;
+    let specs = [
+        (
+            Preset::TinyLlama,
+            "mix-a",
+            vec![G::IQ1_M, G::IQ2_XS, G::IQ3_XXS, G::IQ3_S, G::Q4_0, G::Q4_1, G::Q8_0, G::Q4_K, G::Q6_K],
+            G::Q8_0,
+        ),
+        (
+            Preset::TinyQwen3Moe,
+            "mix-b",
+            vec![
+                G::Q5_0,
+                G::Q5_1,
+                G::Q2_K,
+                G::Q3_K,
+                G::Q5_K,
+                G::IQ2_XXS,
+                G::IQ2_S,
+                G::IQ1_S,
+                G::IQ4_NL,
+                G::IQ4_XS,
+                G::F16,
+                G::BF16,
+                G::F32,
+            ],
+            G::Q4_K,
+        ),
+    ];
+    specs
+        .into_iter()
+        .map(|(preset, name, weights, embedding)| {
+            let path = dir.join(format!("{name}.gguf"));
+            let types = Types { weights, embedding, output: GgmlType::Q6_K };
+            synth::write(&preset.shape(), &types, &Tokenizer::byte_level(), 1, &path, 1).expect("written");
+            path
+        })
+        .collect()
 }

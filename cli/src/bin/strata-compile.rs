@@ -1,4 +1,5 @@
-//! `strata-compile`: reads a pack, describes it, and writes synthetic packs.
+//! `strata-compile`: compiles the kernels one pack needs for one target; also
+//! describes packs, lists targets and writes synthetic packs.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -7,20 +8,60 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use strata_compiler::artifacts::{self, Request, Stage};
+use strata_compiler::build::{Resources, Toolchain};
 use strata_compiler::inspect::{self, bytes};
 use strata_compiler::pack::Pack;
+use strata_compiler::plan::Options;
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::{self, Preset, Tokenizer, Types};
+use strata_compiler::target::{self, Target};
 
 #[derive(Parser)]
-#[command(version, about = "Compiles the kernels a GGUF pack needs for one GPU target")]
+#[command(
+    version,
+    about = "Compiles the kernels a GGUF pack needs for one GPU target",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 struct Cli {
+    #[command(flatten)]
+    compile: CompileArgs,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+}
+
+/// `strata-compile --pack P --target T --out D`.
+#[derive(clap::Args)]
+struct CompileArgs {
+    /// The pack (a .gguf file, or any shard of a split pack).
+    #[arg(long, required = true)]
+    pack: Option<PathBuf>,
+    /// Target: a known name (see `strata-compile targets`) or the path of a target TOML.
+    #[arg(long, required = true)]
+    target: Option<String>,
+    /// Artifact directory.
+    #[arg(long, required = true)]
+    out: Option<PathBuf>,
+    /// Largest speculative verify window: windows 2..=T are compiled (0 or 1: none).
+    #[arg(long, default_value_t = 4)]
+    spec: u32,
+    /// Bounds-check every global access; violations are recorded, not faults.
+    #[arg(long)]
+    checked: bool,
+    /// Accept spills and scratch in GEMV kernels.
+    #[arg(long)]
+    allow_spills: bool,
+    /// Cross-vendor execution: render the (wave32) target's kernels with the CUDA
+    /// prelude and build them for this NVIDIA target.
+    #[arg(long, value_name = "NVIDIA_TARGET")]
+    run_on: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Lists the known targets and their main facts.
+    Targets,
     /// Shows a pack: architecture, model description, metadata, tensors, bytes by type.
     Inspect {
         /// The pack (a .gguf file, or any shard of a split pack).
@@ -92,7 +133,29 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    match cli.command {
+    let Some(command) = cli.command else { return compile(cli.compile) };
+    match command {
+        Command::Targets => {
+            println!(
+                "{:<8} {:<7} {:>4} {:>8} {:>8} {:>5} {:>7}  product",
+                "target", "vendor", "wave", "threads", "shared", "CUs", "GB/s"
+            );
+            for t in target::known() {
+                let d = &t.device;
+                println!(
+                    "{:<8} {:<7} {:>4} {:>8} {:>8} {:>5} {:>7}  {}",
+                    t.name,
+                    format!("{:?}", t.vendor).to_lowercase(),
+                    d.wave_size,
+                    d.max_threads_per_block,
+                    d.shared_bytes_per_block,
+                    d.compute_units,
+                    d.memory_bandwidth_gbs,
+                    t.product
+                );
+            }
+            Ok(())
+        }
         Command::Inspect { pack, json, tensor, dequant } => {
             let pack = Pack::open(&pack)?;
             if let (Some(name), Some(path)) = (tensor, dequant) {
@@ -142,4 +205,63 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn compile(args: CompileArgs) -> Result<()> {
+    let (Some(pack), Some(target), Some(out)) = (args.pack, args.target, args.out) else {
+        bail!("--pack, --target and --out are required")
+    };
+    let started = std::time::Instant::now();
+    let target = Target::load(&target)?;
+    let run_on = args.run_on.as_deref().map(Target::load).transpose()?;
+    let pack = Pack::open(&pack)?;
+    let tools = Toolchain::discover()?;
+    let options = Options { spec: args.spec, checked: args.checked };
+    let request = Request {
+        pack: &pack,
+        target: &target,
+        options,
+        allow_spills: args.allow_spills,
+        run_on: run_on.as_ref(),
+        out: &out,
+    };
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let mut up_to_date = false;
+    let result = artifacts::compile(&request, &tools, &mut |stage| {
+        let message = match stage {
+            Stage::Plan => "planning kernels".to_owned(),
+            Stage::Emit(n) => format!("rendering {n} kernels"),
+            Stage::Check(n) => format!("checking {n} kernels against {}", target.name),
+            Stage::Build(n, tool) => format!("compiling {n} kernels with {tool}"),
+            Stage::UpToDate => {
+                up_to_date = true;
+                "up to date".to_owned()
+            }
+            Stage::Write => "writing artifacts".to_owned(),
+        };
+        bar.set_message(message);
+    });
+    bar.finish_and_clear();
+    let manifest = result?;
+    let spills = manifest.kernels.iter().filter(|k| k.resources.spills().is_some_and(|s| s > 0)).count();
+    let checked_at_load = manifest.kernels.iter().filter(|k| k.resources == Resources::CheckedAtLoad).count();
+    eprintln!(
+        "{} {} kernels for {} ({} built for {}) in {}: {:.1} s{}{}{}",
+        if up_to_date { "up to date:" } else { "compiled" },
+        manifest.kernels.len(),
+        target.name,
+        manifest.target.dialect_name(),
+        manifest.target.built_for,
+        out.display(),
+        started.elapsed().as_secs_f64(),
+        if spills > 0 { format!(", {spills} with spills") } else { String::new() },
+        if checked_at_load > 0 {
+            format!(", resources of {checked_at_load} checked at load (no ptxas here)")
+        } else {
+            String::new()
+        },
+        if args.checked { ", bounds-checked" } else { "" },
+    );
+    Ok(())
 }

@@ -37,6 +37,8 @@ struct Shard {
     path: PathBuf,
     bytes: Bytes,
     version: u32,
+    /// Bytes before the data section: header, metadata and tensor table.
+    header_len: usize,
 }
 
 /// A validated pack: metadata from the first shard, tensors from all of them, and
@@ -93,7 +95,7 @@ impl Pack {
     /// A single-file pack held in memory (tests, fuzzing); `name` stands in for its path.
     pub fn from_bytes(name: &str, bytes: Vec<u8>) -> Result<Pack, PackError> {
         let parsed = gguf::parse(&bytes).map_err(|k| k.in_file(name))?;
-        let shard = Shard { path: name.into(), bytes: Bytes::Owned(bytes), version: parsed.version };
+        let shard = Shard { path: name.into(), bytes: Bytes::Owned(bytes), version: parsed.version, header_len: 0 };
         Self::assemble(vec![(shard, parsed)])
     }
 
@@ -117,6 +119,7 @@ impl Pack {
             }
             tensors.extend(parsed.tensors.into_iter().map(|t| TensorInfo { shard: index, ..t }));
             shard.version = parsed.version;
+            shard.header_len = (parsed.data_offset as usize).min(shard.bytes.len());
             metadata.get_or_insert(parsed.metadata);
             shards.push(shard);
         }
@@ -178,6 +181,19 @@ impl Pack {
         &self.shards[tensor.shard].bytes[start..start + tensor.bytes as usize]
     }
 
+    /// Identifies the pack's content cheaply: SHA-256 over each file's size, header,
+    /// metadata and tensor table (not the tensor data). Artifacts record it, and the
+    /// runtime refuses artifacts whose fingerprint differs from the pack's.
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for s in &self.shards {
+            h.update((s.bytes.len() as u64).to_le_bytes());
+            h.update(&s.bytes[..s.header_len]);
+        }
+        crate::emit::hex(&h.finalize())
+    }
+
     /// `general.architecture`.
     pub fn architecture(&self) -> Result<&str, PackError> {
         self.metadata
@@ -205,7 +221,7 @@ impl Shard {
             // which no safe API can prevent for mapped files.
             Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
         };
-        Ok(Shard { path: path.to_path_buf(), bytes, version: 0 })
+        Ok(Shard { path: path.to_path_buf(), bytes, version: 0, header_len: 0 })
     }
 }
 

@@ -12,6 +12,7 @@ mod kquants;
 mod legacy;
 mod random;
 
+pub use iquants::IQ4NL_VALUES;
 pub use random::{random_blocks, random_floats};
 
 use std::fmt;
@@ -222,6 +223,19 @@ impl GgmlType {
             }
         }
         Ok(())
+    }
+}
+
+impl serde::Serialize for GgmlType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GgmlType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        GgmlType::from_name(&name).ok_or_else(|| serde::de::Error::custom(format!("unknown ggml type {name:?}")))
     }
 }
 

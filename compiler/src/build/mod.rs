@@ -1,0 +1,253 @@
+//! Build: compiles a rendered module with clang (no vendor SDK) and reads back each
+//! kernel's resource usage.
+//!
+//! CUDA → PTX with `--cuda-device-only -nocudainc -nocudalib` and an explicit `+ptxNN`
+//! feature; HIP → a code object with `-nogpuinc -nogpulib --offload-device-only
+//! --no-gpu-bundle-output`. Device code is always built with `-O3` (HIP defaults to -O0,
+//! which is slow and known to miscompile on ROCm 7.x) and `-ffp-contract=off`, so the
+//! only fused multiply-adds are the ones the templates ask for. Vendor specifics live
+//! in `cuda.rs` and `hip.rs`.
+
+mod cuda;
+mod hip;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+use crate::emit::{Dialect, Module};
+use crate::target::Target;
+
+/// The tools found on this machine.
+#[derive(Clone, Debug)]
+pub struct Toolchain {
+    /// clang (19 or newer).
+    pub clang: PathBuf,
+    /// clang's `--version` first line.
+    pub clang_version: String,
+    /// clang's major version.
+    pub clang_major: u32,
+    /// llvm-readelf, to read AMDGPU metadata notes.
+    pub readelf: Option<PathBuf>,
+    /// NVIDIA's ptxas, to read register and spill counts of PTX (optional).
+    pub ptxas: Option<PathBuf>,
+}
+
+/// Resource usage of one compiled kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum Resources {
+    /// From the AMDGPU metadata note of the code object.
+    CodeObject {
+        /// Vector registers per lane.
+        vgprs: u32,
+        /// Scalar registers.
+        sgprs: u32,
+        /// Vector registers spilled.
+        vgpr_spills: u32,
+        /// Scalar registers spilled.
+        sgpr_spills: u32,
+        /// LDS bytes (group segment).
+        lds_bytes: u32,
+        /// Scratch bytes per lane (private segment).
+        scratch_bytes: u32,
+    },
+    /// From `ptxas -v`.
+    Ptxas {
+        /// Registers per thread.
+        registers: u32,
+        /// Shared memory bytes.
+        shared_bytes: u32,
+        /// Stack frame bytes.
+        stack_bytes: u32,
+        /// Spill store bytes.
+        spill_stores: u32,
+        /// Spill load bytes.
+        spill_loads: u32,
+    },
+    /// No ptxas here: the runtime reads registers and local memory when it loads the PTX.
+    CheckedAtLoad,
+}
+
+impl Resources {
+    /// Bytes spilled or of scratch / stack, when known.
+    pub fn spills(&self) -> Option<u32> {
+        match self {
+            Resources::CodeObject { vgpr_spills, sgpr_spills, scratch_bytes, .. } => {
+                Some(vgpr_spills + sgpr_spills + scratch_bytes)
+            }
+            Resources::Ptxas { stack_bytes, spill_stores, spill_loads, .. } => {
+                Some(stack_bytes + spill_stores + spill_loads)
+            }
+            Resources::CheckedAtLoad => None,
+        }
+    }
+}
+
+/// A compiled module.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// The PTX text or code object bytes.
+    pub binary: Vec<u8>,
+    /// Its file name in the artifacts.
+    pub file_name: String,
+    /// The architecture actually compiled for.
+    pub arch: String,
+    /// Resources per kernel name.
+    pub resources: BTreeMap<String, Resources>,
+    /// The compiler command, for the manifest and for users reproducing a build.
+    pub command: Vec<String>,
+}
+
+/// Why a build failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// No usable clang.
+    #[error(
+        "no clang 19 or newer found (tried $STRATA_CLANG, clang-19, clang-20, clang-21, clang); install clang-19 and lld-19"
+    )]
+    NoClang,
+    /// The compiler rejected the source.
+    #[error("clang failed on {}:\n{message}", kernel.as_deref().unwrap_or("the module"))]
+    Compiler {
+        /// The kernel whose source the first error points into.
+        kernel: Option<String>,
+        /// The compiler's diagnostics.
+        message: String,
+    },
+    /// A kernel spills where that is not allowed.
+    #[error("kernel {kernel}: {what} (pass --allow-spills to accept)")]
+    Spills {
+        /// The kernel.
+        kernel: String,
+        /// What spilled.
+        what: String,
+    },
+    /// A tool could not be run or its output read.
+    #[error("{tool}: {message}")]
+    Tool {
+        /// The tool.
+        tool: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl Toolchain {
+    /// Finds clang (`$STRATA_CLANG` first), llvm-readelf of the same version and, when
+    /// present, ptxas (`$STRATA_PTXAS`, `ptxas` on the PATH, `/usr/local/cuda/bin`).
+    pub fn discover() -> Result<Toolchain, BuildError> {
+        let mut candidates: Vec<PathBuf> = std::env::var_os("STRATA_CLANG").map(PathBuf::from).into_iter().collect();
+        candidates.extend(["clang-19", "clang-20", "clang-21", "clang"].map(PathBuf::from));
+        let (clang, clang_version, clang_major) = candidates
+            .into_iter()
+            .find_map(|c| {
+                let out = Command::new(&c).arg("--version").output().ok()?;
+                let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                let line = text.lines().next()?.trim().to_owned();
+                let major = version_major(&line)?;
+                (major >= 19).then_some((c, line, major))
+            })
+            .ok_or(BuildError::NoClang)?;
+        let runs = |p: &Path| Command::new(p).arg("--version").output().is_ok_and(|o| o.status.success());
+        let readelf = std::env::var_os("STRATA_READELF")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain([PathBuf::from(format!("llvm-readelf-{clang_major}")), "llvm-readelf".into()])
+            .find(|p| runs(p));
+        let ptxas = std::env::var_os("STRATA_PTXAS")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain(["ptxas".into(), "/usr/local/cuda/bin/ptxas".into()])
+            .find(|p| runs(p));
+        Ok(Toolchain { clang, clang_version, clang_major, readelf, ptxas })
+    }
+
+    /// The identity of the toolchain, part of every build's content hash.
+    pub fn identity(&self) -> String {
+        let ptxas = if self.ptxas.is_some() { "ptxas" } else { "no ptxas" };
+        format!("{} ({ptxas})", self.clang_version)
+    }
+}
+
+/// `Debian clang version 19.1.7 (3~deb12u1)` → 19.
+fn version_major(line: &str) -> Option<u32> {
+    let rest = &line[line.find("version ")? + 8..];
+    rest.split(['.', ' ']).next()?.parse().ok()
+}
+
+/// The architecture to compile `target` for with this toolchain (clang 19 cannot emit
+/// sm_100+: such targets name an older `fallback_arch` whose PTX the driver JIT-compiles).
+pub fn build_arch(target: &Target, tools: &Toolchain) -> String {
+    match &target.build.fallback_arch {
+        Some(fallback) if tools.clang_major < 20 => fallback.clone(),
+        _ => target.build.arch.clone(),
+    }
+}
+
+/// Compiles `module` for `target` (the device it will run on) in `dir`, writing the
+/// source and the binary there, and reads back resources.
+pub fn build(module: &Module, target: &Target, tools: &Toolchain, dir: &Path) -> Result<Built, BuildError> {
+    let arch = build_arch(target, tools);
+    let io = |e: std::io::Error| BuildError::Tool { tool: "write".into(), message: format!("{}: {e}", dir.display()) };
+    let source = dir.join(format!("module.{}", module.dialect.extension()));
+    std::fs::write(&source, &module.source).map_err(io)?;
+    let (file_name, mut command) = match module.dialect {
+        Dialect::Cuda => ("module.ptx", cuda::command(&arch, target.build.ptx_isa.unwrap_or(80))),
+        Dialect::Hip => ("module.hsaco", hip::command(&arch)),
+    };
+    let output = dir.join(file_name);
+    command.extend(["-O3".into(), "-ffp-contract=off".into(), "-o".into()]);
+    command.push(output.display().to_string());
+    command.push(source.display().to_string());
+    let out = Command::new(&tools.clang)
+        .args(&command)
+        .output()
+        .map_err(|e| BuildError::Tool { tool: tools.clang.display().to_string(), message: e.to_string() })?;
+    if !out.status.success() {
+        let message = String::from_utf8_lossy(&out.stderr).into_owned();
+        return Err(BuildError::Compiler { kernel: first_error_kernel(&message), message: clip(&message, 40) });
+    }
+    let binary = std::fs::read(&output).map_err(io)?;
+    let names: Vec<&str> = module.kernels.iter().map(|k| k.name.as_str()).collect();
+    let resources = match module.dialect {
+        Dialect::Cuda => cuda::resources(tools, &output, &arch, &names)?,
+        Dialect::Hip => hip::resources(tools, &output)?,
+    };
+    let mut full = vec![tools.clang.display().to_string()];
+    full.extend(command);
+    Ok(Built { binary, file_name: file_name.into(), arch, resources, command: full })
+}
+
+/// The kernel named by the first `NAME.cu:LINE:COL: error:` diagnostic.
+fn first_error_kernel(stderr: &str) -> Option<String> {
+    stderr.lines().find(|l| l.contains(": error:")).and_then(|l| {
+        let file = l.split(':').next()?;
+        let stem = Path::new(file).file_stem()?.to_str()?;
+        (stem != "module").then(|| stem.to_owned())
+    })
+}
+
+fn clip(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    if all.len() <= lines {
+        return text.trim_end().to_owned();
+    }
+    format!("{}\n… ({} more lines)", all[..lines].join("\n"), all.len() - lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_and_error_locations() {
+        assert_eq!(version_major("Debian clang version 19.1.7 (3~deb12u1)"), Some(19));
+        assert_eq!(version_major("clang version 21.0.0git"), Some(21));
+        let stderr = "gemv_q4_0_576x576_t4.cu:12:5: error: use of undeclared identifier 'x'\n   12 |     x = 1;\n";
+        assert_eq!(first_error_kernel(stderr).as_deref(), Some("gemv_q4_0_576x576_t4"));
+        assert_eq!(first_error_kernel("/tmp/o/module.cu:3:1: error: bad\n"), None);
+    }
+}

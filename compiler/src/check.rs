@@ -1,0 +1,249 @@
+//! Static checks: every kernel of a plan against the target's limits, before anything
+//! is built. A violation names the kernel, the limit and the value — it never becomes a
+//! kernel that fails at launch.
+
+use crate::plan::{Dim, Extent, KernelSpec, MAX_WINDOW, Op, Plan, Tuning};
+use crate::target::Target;
+
+/// Largest grid dimension along y and z (CUDA and HIP alike).
+const MAX_GRID_YZ: u32 = 65_535;
+/// Largest grid dimension along x.
+const MAX_GRID_X: u32 = i32::MAX as u32;
+
+/// One violated limit.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("kernel {kernel}: {what} is {value}, but {limit}")]
+pub struct CheckError {
+    /// The kernel.
+    pub kernel: String,
+    /// The quantity checked.
+    pub what: String,
+    /// Its value.
+    pub value: String,
+    /// The limit it broke, with where the limit comes from.
+    pub limit: String,
+}
+
+/// Checks every kernel; returns all violations (empty when the plan fits the target).
+pub fn check(plan: &Plan, target: &Target) -> Vec<CheckError> {
+    plan.kernels.iter().flat_map(|k| check_kernel(k, target)).collect()
+}
+
+fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
+    let d = &target.device;
+    let mut errors = Vec::new();
+    let mut fail = |what: &str, value: String, limit: String| {
+        errors.push(CheckError { kernel: k.name.clone(), what: what.into(), value, limit });
+    };
+    let l = &k.launch;
+    let t = &target.name;
+
+    // Launch geometry.
+    if l.wave_size != d.wave_size {
+        fail("the wave size it was written for", l.wave_size.to_string(), format!("{t} runs waves of {}", d.wave_size));
+    }
+    if l.threads > d.max_threads_per_block {
+        fail("threads per block", l.threads.to_string(), format!("{t} allows at most {}", d.max_threads_per_block));
+    }
+    if l.threads == 0 || !l.threads.is_multiple_of(d.wave_size) || l.waves * d.wave_size != l.threads {
+        fail(
+            "threads per block",
+            format!("{} ({} waves)", l.threads, l.waves),
+            format!("it must be a whole number of {t}'s {}-thread waves", d.wave_size),
+        );
+    }
+    if l.shared_bytes > d.shared_bytes_per_block {
+        fail(
+            "shared memory per block",
+            format!("{} bytes", l.shared_bytes),
+            format!("{t} allows {} bytes per block", d.shared_bytes_per_block),
+        );
+    }
+    for (axis, dim) in ["x", "y", "z"].iter().zip(&l.grid) {
+        let cap = if *axis == "x" { MAX_GRID_X } else { MAX_GRID_YZ };
+        match dim {
+            Dim::Fixed(n) if *n == 0 || *n > cap => {
+                fail(&format!("grid {axis}"), n.to_string(), format!("it must be 1 to {cap}"))
+            }
+            Dim::Runtime { arg, per_block } => match k.scalars.iter().find(|s| &s.name == arg) {
+                None => fail(&format!("grid {axis}"), format!("runtime {arg}"), "no such scalar argument".into()),
+                Some(s) if s.max.div_ceil((*per_block).max(1)) > cap => fail(
+                    &format!("grid {axis} at its largest {arg} ({})", s.max),
+                    s.max.div_ceil((*per_block).max(1)).to_string(),
+                    format!("grid {axis} allows {cap} blocks"),
+                ),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    for b in &k.buffers {
+        if let Extent::PerArg { arg, .. } = &b.extent
+            && !k.scalars.iter().any(|s| &s.name == arg)
+        {
+            fail(&format!("buffer {}", b.name), format!("sized by {arg}"), "no such scalar argument".into());
+        }
+    }
+
+    // Op-specific: coverage, window tables and index ranges.
+    let fixed = |name: &str| {
+        k.buffers.iter().find(|b| b.name == name).and_then(|b| match b.extent {
+            Extent::Fixed(n) => Some(n),
+            Extent::PerArg { .. } => None,
+        })
+    };
+    let grid_x = match l.grid[0] {
+        Dim::Fixed(n) => u64::from(n),
+        Dim::Runtime { .. } => u64::MAX,
+    };
+    match (&k.op, &k.tuning) {
+        (Op::Gemv { quant, rows, cols, window }, Tuning::Gemv(g)) => {
+            if !(1..=MAX_WINDOW).contains(window) {
+                fail("the window", window.to_string(), format!("windows run from 1 to {MAX_WINDOW}"));
+            }
+            if g.tile_cols == 0 || g.tile_cols % 32 != 0 || g.tile_cols > *cols {
+                fail(
+                    "the input tile",
+                    format!("{} columns", g.tile_cols),
+                    format!("it must be whole 32-column chunks of the {cols}-column row"),
+                );
+            }
+            if g.split == 0 || g.waves % g.split != 0 || g.rows_per_block * g.split != g.waves || g.waves != l.waves {
+                fail(
+                    "the wave split",
+                    format!("{} waves, {} per row, {} rows per block", g.waves, g.split, g.rows_per_block),
+                    "waves must divide evenly into rows".into(),
+                );
+            }
+            // The window table: `window` columns of the staged tile, padded chunks.
+            let table = window * (g.tile_cols / 32) * g.chunk_stride * 4;
+            let parts = if g.split > 1 { g.waves * window * 4 } else { 0 };
+            if table + parts != l.shared_bytes {
+                fail(
+                    "declared shared memory",
+                    format!("{} bytes", l.shared_bytes),
+                    format!("a {window}-column window table of {} columns needs {} bytes", g.tile_cols, table + parts),
+                );
+            }
+            if grid_x.saturating_mul(u64::from(g.rows_per_block.max(1))) < u64::from(*rows) {
+                fail(
+                    "rows covered by the grid",
+                    (grid_x * u64::from(g.rows_per_block)).to_string(),
+                    format!("the matrix has {rows}"),
+                );
+            }
+            let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(u64::MAX);
+            let extents = [
+                ("w", u64::from(*rows).saturating_mul(row_bytes)),
+                ("x", u64::from(window * cols)),
+                ("y", u64::from(window * rows)),
+            ];
+            for (name, needed) in extents {
+                if fixed(name) != Some(needed) {
+                    fail(
+                        &format!("buffer {name}"),
+                        format!("{:?} elements", fixed(name)),
+                        format!("its indices reach {needed}"),
+                    );
+                }
+            }
+        }
+        (Op::Gemv { .. }, _) => fail("tuning", "missing".into(), "a GEMV needs GEMV tuning".into()),
+        (Op::SiluMul { n } | Op::Add { n, .. } | Op::KvStore { width: n }, _)
+            if grid_x.saturating_mul(u64::from(l.threads)) < u64::from(*n) =>
+        {
+            fail("elements covered per row", (grid_x * u64::from(l.threads)).to_string(), format!("rows have {n}"));
+        }
+        (Op::Embed { cols, .. }, _) => {
+            let chunks = u64::from(cols / 32);
+            if cols % 32 != 0 || grid_x.saturating_mul(u64::from(l.threads)) < chunks {
+                fail(
+                    "chunks covered per row",
+                    (grid_x * u64::from(l.threads)).to_string(),
+                    format!("rows have {chunks} chunks of 32"),
+                );
+            }
+        }
+        (Op::Rope { rope_dims, head_dim, .. }, _)
+            if (l.threads < rope_dims / 2 || rope_dims > head_dim || rope_dims % 2 != 0) =>
+        {
+            fail(
+                "rotated pairs per block",
+                l.threads.to_string(),
+                format!("{rope_dims} of {head_dim} dims rotate in pairs"),
+            );
+        }
+        (Op::Attention { heads, kv_heads, head_dim, .. }, _) => {
+            if *kv_heads == 0 || heads % kv_heads != 0 {
+                fail("query heads per KV head", format!("{heads}/{kv_heads}"), "they must divide evenly".into());
+            }
+            if grid_x != u64::from(*heads) {
+                fail("blocks", grid_x.to_string(), format!("there is one block per head ({heads})"));
+            }
+            let needed = l.waves * (2 + head_dim) * 4;
+            if needed != l.shared_bytes {
+                fail(
+                    "declared shared memory",
+                    format!("{} bytes", l.shared_bytes),
+                    format!("per-wave softmax state needs {needed}"),
+                );
+            }
+        }
+        _ => {}
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Options, rules};
+
+    fn gemv(rows: u32, cols: u32, window: u32, target: &Target) -> KernelSpec {
+        let op = Op::Gemv { quant: crate::quant::GgmlType::Q4_0, rows, cols, window };
+        rules::kernel(op, target)
+    }
+
+    fn plan(kernels: Vec<KernelSpec>) -> Plan {
+        Plan { target: "t".into(), options: Options::default(), kernels }
+    }
+
+    #[test]
+    fn shipped_rules_fit_every_shipped_target() {
+        for target in crate::target::known() {
+            for window in 1..=MAX_WINDOW {
+                let k = gemv(14_336, 4096, window, &target);
+                assert!(check(&plan(vec![k]), &target).is_empty(), "{} T={window}", target.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_lds_names_kernel_limit_and_value() {
+        let mut target = Target::load("gfx1100").expect("known");
+        target.device.shared_bytes_per_block = 8192;
+        target.device.shared_bytes_opt_in = 8192;
+        assert!(check(&plan(vec![gemv(4096, 4096, 4, &target)]), &target).is_empty());
+        let errors = check(&plan(vec![gemv(4096, 4096, 16, &target)]), &target);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(
+            errors[0].to_string(),
+            "kernel gemv_q4_0_4096x4096_t16: shared memory per block is 18432 bytes, but gfx1100 allows 8192 bytes per block"
+        );
+    }
+
+    #[test]
+    fn inconsistent_records_are_caught() {
+        let target = Target::load("sm_90").expect("known");
+        let mut k = gemv(576, 576, 4, &target);
+        k.launch.grid[0] = Dim::Fixed(2);
+        k.launch.threads = 100;
+        let errors: Vec<String> = check(&plan(vec![k]), &target).iter().map(|e| e.to_string()).collect();
+        assert!(errors.iter().any(|e| e.contains("threads per block is 100 (4 waves)")), "{errors:?}");
+        assert!(errors.iter().any(|e| e.contains("rows covered by the grid is")), "{errors:?}");
+        let mut k = gemv(576, 576, 4, &target);
+        k.launch.wave_size = 64;
+        let errors = check(&plan(vec![k]), &target);
+        assert!(errors[0].to_string().contains("the wave size it was written for is 64, but sm_90 runs waves of 32"));
+    }
+}

@@ -1,0 +1,326 @@
+//! Emit: renders a plan's kernels into one CUDA or HIP module from the templates.
+//!
+//! A module is the vendor prelude, the vendor-neutral helpers, the lookup tables and
+//! block decoders of the quant types the plan uses, then every kernel. Each kernel's
+//! text starts with a `#line 1 "<kernel>.cu"` marker, so a compiler error names the
+//! kernel and the line of its own generated source (also written out on its own).
+//! Output is a pure, deterministic function of the plan and the dialect.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use handlebars::Handlebars;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::plan::{Extent, KernelSpec, Op, Plan, RopeStyle, Tuning};
+use crate::quant::{GgmlType, grids};
+use crate::target::{Target, Vendor};
+
+/// The source language of a module: decides the prelude and the compiler mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dialect {
+    /// CUDA, compiled to PTX.
+    Cuda,
+    /// HIP, compiled to an AMDGPU code object.
+    Hip,
+}
+
+impl Dialect {
+    /// The dialect a target's own vendor uses.
+    pub fn native(target: &Target) -> Dialect {
+        match target.vendor {
+            Vendor::Nvidia => Dialect::Cuda,
+            Vendor::Amd => Dialect::Hip,
+        }
+    }
+
+    /// Source file extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Dialect::Cuda => "cu",
+            Dialect::Hip => "hip",
+        }
+    }
+}
+
+/// Every template, compiled into the binary: (registry name, text).
+const TEMPLATES: &[(&str, &str)] = &[
+    ("cuda/prelude", include_str!("../../templates/cuda/prelude.cuh")),
+    ("hip/prelude", include_str!("../../templates/hip/prelude.cuh")),
+    ("common", include_str!("../../templates/common.cuh")),
+    ("ops/gemv", include_str!("../../templates/ops/gemv.cu.hbs")),
+    ("ops/rmsnorm", include_str!("../../templates/ops/rmsnorm.cu.hbs")),
+    ("ops/rope", include_str!("../../templates/ops/rope.cu.hbs")),
+    ("ops/silu_mul", include_str!("../../templates/ops/silu_mul.cu.hbs")),
+    ("ops/add", include_str!("../../templates/ops/add.cu.hbs")),
+    ("ops/embed", include_str!("../../templates/ops/embed.cu.hbs")),
+    ("ops/kv_store", include_str!("../../templates/ops/kv_store.cu.hbs")),
+    ("ops/attention", include_str!("../../templates/ops/attention.cu.hbs")),
+    ("ops/softmax", include_str!("../../templates/ops/softmax.cu.hbs")),
+    ("ops/argmax", include_str!("../../templates/ops/argmax.cu.hbs")),
+    ("quant/f32", include_str!("../../templates/quant/f32.cuh")),
+    ("quant/f16", include_str!("../../templates/quant/f16.cuh")),
+    ("quant/bf16", include_str!("../../templates/quant/bf16.cuh")),
+    ("quant/q4_0", include_str!("../../templates/quant/q4_0.cuh")),
+    ("quant/q4_1", include_str!("../../templates/quant/q4_1.cuh")),
+    ("quant/q5_0", include_str!("../../templates/quant/q5_0.cuh")),
+    ("quant/q5_1", include_str!("../../templates/quant/q5_1.cuh")),
+    ("quant/q8_0", include_str!("../../templates/quant/q8_0.cuh")),
+    ("quant/q2_k", include_str!("../../templates/quant/q2_k.cuh")),
+    ("quant/q3_k", include_str!("../../templates/quant/q3_k.cuh")),
+    ("quant/q4_k", include_str!("../../templates/quant/q4_k.cuh")),
+    ("quant/q5_k", include_str!("../../templates/quant/q5_k.cuh")),
+    ("quant/q6_k", include_str!("../../templates/quant/q6_k.cuh")),
+    ("quant/iq2_xxs", include_str!("../../templates/quant/iq2_xxs.cuh")),
+    ("quant/iq2_xs", include_str!("../../templates/quant/iq2_xs.cuh")),
+    ("quant/iq2_s", include_str!("../../templates/quant/iq2_s.cuh")),
+    ("quant/iq3_xxs", include_str!("../../templates/quant/iq3_xxs.cuh")),
+    ("quant/iq3_s", include_str!("../../templates/quant/iq3_s.cuh")),
+    ("quant/iq1_s", include_str!("../../templates/quant/iq1_s.cuh")),
+    ("quant/iq1_m", include_str!("../../templates/quant/iq1_m.cuh")),
+    ("quant/iq4_nl", include_str!("../../templates/quant/iq4_nl.cuh")),
+    ("quant/iq4_xs", include_str!("../../templates/quant/iq4_xs.cuh")),
+];
+
+/// A rendered module.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Module {
+    /// Source language.
+    pub dialect: Dialect,
+    /// The whole translation unit.
+    pub source: String,
+    /// Each kernel's own text (what follows its `#line` marker), in plan order.
+    pub kernels: Vec<KernelSource>,
+}
+
+/// One kernel's generated source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelSource {
+    /// Kernel name.
+    pub name: String,
+    /// Its text.
+    pub text: String,
+    /// SHA-256 of the text, hex.
+    pub hash: String,
+}
+
+/// A template failed to render (a bug in strata: plan and template disagree).
+#[derive(Debug, thiserror::Error)]
+#[error("rendering {what}: {message}")]
+pub struct EmitError {
+    /// Kernel or section being rendered.
+    pub what: String,
+    /// The template engine's message.
+    pub message: String,
+}
+
+fn registry() -> Handlebars<'static> {
+    let mut h = Handlebars::new();
+    h.set_strict_mode(true);
+    h.register_escape_fn(handlebars::no_escape);
+    for (name, text) in TEMPLATES {
+        // The templates are part of the binary and covered by the snapshot tests; a
+        // syntax error is caught there, and rendering reports the missing template.
+        let _ = h.register_template_string(name, *text);
+    }
+    h
+}
+
+/// Renders `plan` (made for `target`) in `dialect`. The dialect is normally the
+/// target's own; rendering a wave32 AMD target in CUDA is cross-vendor execution.
+pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, EmitError> {
+    let h = registry();
+    let render = |template: &str, what: &str, ctx: &Value| {
+        h.render(template, ctx).map_err(|e| EmitError { what: what.into(), message: e.to_string() })
+    };
+    let head = json!({
+        "target": target.name,
+        "arch": target.build.arch,
+        "wave_size": target.device.wave_size,
+        "checked": plan.options.checked,
+    });
+    let prelude = match dialect {
+        Dialect::Cuda => "cuda/prelude",
+        Dialect::Hip => "hip/prelude",
+    };
+    let mut source = String::new();
+    let _ = writeln!(
+        source,
+        "// Generated by strata-compile {} for {} ({} dialect, {} kernels). Do not edit.",
+        env!("CARGO_PKG_VERSION"),
+        target.name,
+        dialect.extension(),
+        plan.kernels.len()
+    );
+    source.push_str(&render(prelude, "prelude", &head)?);
+    source.push_str(&render("common", "common helpers", &head)?);
+
+    let quants: BTreeSet<GgmlType> = plan.kernels.iter().filter_map(|k| quant_of(&k.op)).collect();
+    source.push_str(&tables(&quants));
+    for q in &quants {
+        let name = q.name().to_ascii_lowercase();
+        source.push_str(&render(&format!("quant/{name}"), &format!("the {q} decoder"), &head)?);
+    }
+
+    let mut kernels = Vec::with_capacity(plan.kernels.len());
+    for (id, spec) in plan.kernels.iter().enumerate() {
+        let ctx = context(spec, id, target);
+        let text = render(&format!("ops/{}", spec.op.kind()), &spec.name, &ctx)?;
+        let _ = write!(source, "\n#line 1 \"{}.{}\"\n", spec.name, dialect.extension());
+        source.push_str(&text);
+        let hash = hex(&Sha256::digest(text.as_bytes()));
+        kernels.push(KernelSource { name: spec.name.clone(), text, hash });
+    }
+    Ok(Module { dialect, source, kernels })
+}
+
+fn quant_of(op: &Op) -> Option<GgmlType> {
+    match op {
+        Op::Gemv { quant, .. } | Op::Embed { quant, .. } => Some(*quant),
+        _ => None,
+    }
+}
+
+/// The lookup tables the given quant types read, as C arrays from `quant::grids`.
+fn tables(quants: &BTreeSet<GgmlType>) -> String {
+    use GgmlType as G;
+    let mut out = String::from("\n// ---- lookup tables (format facts, from quant::grids) ----\n");
+    let has = |ts: &[G]| ts.iter().any(|t| quants.contains(t));
+    let u64s = |name: &str, v: &[u64]| {
+        let items: Vec<String> = v.iter().map(|x| format!("0x{x:016x}ull")).collect();
+        format!("STRATA_TABLE u64 {name}[{}] = {{\n{}\n}};\n", v.len(), wrap(&items, 4))
+    };
+    let u32s = |name: &str, v: &[u32]| {
+        let items: Vec<String> = v.iter().map(|x| format!("0x{x:08x}u")).collect();
+        format!("STRATA_TABLE u32 {name}[{}] = {{\n{}\n}};\n", v.len(), wrap(&items, 8))
+    };
+    if has(&[G::IQ2_XXS]) {
+        out += &u64s("strata_iq2xxs_grid", &grids::IQ2XXS_GRID);
+    }
+    if has(&[G::IQ2_XS]) {
+        out += &u64s("strata_iq2xs_grid", &grids::IQ2XS_GRID);
+    }
+    if has(&[G::IQ2_S]) {
+        out += &u64s("strata_iq2s_grid", &grids::IQ2S_GRID);
+    }
+    if has(&[G::IQ3_XXS]) {
+        out += &u32s("strata_iq3xxs_grid", &grids::IQ3XXS_GRID);
+    }
+    if has(&[G::IQ3_S]) {
+        out += &u32s("strata_iq3s_grid", &grids::IQ3S_GRID);
+    }
+    if has(&[G::IQ1_S, G::IQ1_M]) {
+        out += &u64s("strata_iq1s_grid", &grids::IQ1S_GRID);
+    }
+    if has(&[G::IQ4_NL, G::IQ4_XS]) {
+        let items: Vec<String> = crate::quant::IQ4NL_VALUES.iter().map(i8::to_string).collect();
+        out += &format!("STRATA_TABLE i8 strata_iq4nl_values[16] = {{{}}};\n", items.join(", "));
+    }
+    out
+}
+
+fn wrap(items: &[String], per_line: usize) -> String {
+    items.chunks(per_line).map(|c| format!("    {},", c.join(", "))).collect::<Vec<_>>().join("\n")
+}
+
+/// An f32 as a C float literal that reads back to the same value.
+fn c_float(v: f32) -> String {
+    let s = format!("{v:e}");
+    format!("{s}f")
+}
+
+/// Elements of a fixed extent (0 for runtime-sized ones).
+fn fixed(spec: &KernelSpec, buffer: &str) -> u64 {
+    spec.buffers.iter().find(|b| b.name == buffer).map_or(0, |b| if let Extent::Fixed(n) = b.extent { n } else { 0 })
+}
+
+/// The template context of one kernel: its record plus values derived from it.
+fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
+    let l = &spec.launch;
+    let mut ctx = json!({
+        "name": spec.name,
+        "id": id,
+        "threads": l.threads,
+        "waves": l.waves,
+        "wave_size": l.wave_size,
+    });
+    let extra = match &spec.op {
+        Op::Gemv { quant, rows, cols, window } => {
+            let Tuning::Gemv(t) = &spec.tuning else { return ctx };
+            json!({
+                "quant": quant.name().to_ascii_lowercase(),
+                "quant_name": quant.name(),
+                "rows": rows, "cols": cols, "window": window,
+                "row_bytes": quant.row_bytes(u64::from(*cols)).unwrap_or(0),
+                "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
+                "chunks": cols / 32,
+                "tile_cols": t.tile_cols, "tile_chunks": t.tile_cols / 32, "chunk_stride": t.chunk_stride,
+                "tile_floats": t.tile_cols / 32 * t.chunk_stride,
+                "split": t.split, "split_k": t.split > 1, "rows_per_block": t.rows_per_block,
+                "lanes": t.split * target.device.wave_size,
+                "w_len": fixed(spec, "w"), "x_len": fixed(spec, "x"), "y_len": fixed(spec, "y"),
+            })
+        }
+        Op::RmsNorm { n, eps } => json!({ "n": n, "eps": c_float(*eps) }),
+        Op::Rope { style, head_dim, rope_dims } => {
+            let half = rope_dims / 2;
+            let (a, b, pairing) = match style {
+                RopeStyle::Normal => ("2u * i".to_owned(), "2u * i + 1u".to_owned(), "adjacent elements (2i, 2i+1)"),
+                RopeStyle::Neox => ("i".to_owned(), format!("i + {half}u"), "halves (i, i + d/2)"),
+            };
+            json!({ "head_dim": head_dim, "rope_dims": rope_dims, "half": half,
+                    "pair_a": a, "pair_b": b, "pairing": pairing })
+        }
+        Op::SiluMul { n } => json!({ "n": n }),
+        Op::Add { n, broadcast } => {
+            json!({ "n": n, "broadcast": broadcast, "b_index": if *broadcast { "i" } else { "at" } })
+        }
+        Op::Embed { quant, cols, vocab } => json!({
+            "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(),
+            "cols": cols, "vocab": vocab, "chunks": cols / 32,
+            "row_bytes": quant.row_bytes(u64::from(*cols)).unwrap_or(0),
+            "table_len": fixed(spec, "table"),
+        }),
+        Op::KvStore { width } => json!({ "width": width }),
+        Op::Attention { heads, kv_heads, head_dim, scale } => json!({
+            "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
+            "group": heads / kv_heads, "kv_width": kv_heads * head_dim,
+            "per_lane": head_dim.div_ceil(target.device.wave_size),
+            "scale": c_float(*scale),
+        }),
+        Op::Softmax { n } | Op::Argmax { n } => json!({ "n": n }),
+    };
+    if let (Value::Object(c), Value::Object(e)) = (&mut ctx, extra) {
+        c.extend(e);
+    }
+    ctx
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_floats_read_back_exactly() {
+        for v in [1e-5f32, 1e-6, 0.125, 1.0 / 8f32.sqrt(), 100_000.0] {
+            let s = c_float(v);
+            let back: f32 = s.trim_end_matches('f').parse().expect("a float");
+            assert_eq!(back.to_bits(), v.to_bits(), "{s}");
+        }
+    }
+
+    #[test]
+    fn every_template_parses() {
+        let mut h = Handlebars::new();
+        for (name, text) in TEMPLATES {
+            h.register_template_string(name, *text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! The kernel plan: a pure function from a model, its tensor types and a target to the
+//! exact list of kernels the pack needs, each with every tuning decision made.
+//!
+//! Templates decide nothing: whatever a kernel's code depends on (shapes, window size,
+//! threads, tiles, strides, launch geometry) is a field here, chosen by the rules in
+//! [`rules`]. The runtime launches kernels from the same records (via the manifest), so
+//! host and device cannot disagree about wave size, block size or window size.
+
+pub mod rules;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Family, ModelDesc, Role};
+use crate::pack::Pack;
+use crate::quant::GgmlType;
+use crate::target::Target;
+
+/// The device error record every `--checked` kernel takes last: `[count, kernel,
+/// buffer, index low, index high, block, thread, 0]`, written by the first violation.
+pub const ERROR_BUFFER: &str = "strata_err";
+
+/// Largest verify window (`--spec`).
+pub const MAX_WINDOW: u32 = 16;
+
+/// What the user asked for beyond the pack and the target.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Options {
+    /// Largest speculative verify window T: windows 2..=T are planned; 0 or 1 plans none.
+    pub spec: u32,
+    /// Bounds-check every global access and record violations instead of faulting.
+    pub checked: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { spec: 4, checked: false }
+    }
+}
+
+/// RoPE pairing: which two elements of a head rotate together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RopeStyle {
+    /// Adjacent pairs (2i, 2i+1): llama as converted to GGUF (q/k rows permuted).
+    Normal,
+    /// Halves (i, i + d/2): the GPT-NeoX layout of Qwen2/Qwen3.
+    Neox,
+}
+
+/// The operation a kernel performs, with the shapes it is specialized on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t < window`: a quantized matrix-vector
+    /// product over a window of `window` input columns (1 = plain decode; more = the
+    /// speculative verify window, reading the weights once for all columns).
+    Gemv {
+        /// Weight type.
+        quant: GgmlType,
+        /// Output features (weight rows).
+        rows: u32,
+        /// Input features (row length).
+        cols: u32,
+        /// Columns per launch.
+        window: u32,
+    },
+    /// `y[r] = x[r] · w / sqrt(mean(x[r]²) + eps)` over rows of `n`.
+    RmsNorm {
+        /// Row length.
+        n: u32,
+        /// Epsilon.
+        eps: f32,
+    },
+    /// In-place rotary embedding of rows of `head_dim` from a host-computed cos/sin table.
+    Rope {
+        /// Pairing.
+        style: RopeStyle,
+        /// Head length.
+        head_dim: u32,
+        /// Leading dimensions that rotate.
+        rope_dims: u32,
+    },
+    /// `y[i] = silu(gate[i]) · up[i]` over rows of `n`.
+    SiluMul {
+        /// Row length.
+        n: u32,
+    },
+    /// `y[i] = a[i] + b[i]` over rows of `n`; with `broadcast`, `b` is one row added to
+    /// every row (biases).
+    Add {
+        /// Row length.
+        n: u32,
+        /// Whether `b` is a single row.
+        broadcast: bool,
+    },
+    /// Gathers and dequantizes rows of the token-embedding table.
+    Embed {
+        /// Table type.
+        quant: GgmlType,
+        /// Embedding width.
+        cols: u32,
+        /// Table rows.
+        vocab: u32,
+    },
+    /// Appends K and V rows (f32) to the f16 caches at consecutive positions.
+    KvStore {
+        /// Row width: KV heads × head length.
+        width: u32,
+    },
+    /// Decode attention of one query per head over the f16 KV cache (grouped-query).
+    Attention {
+        /// Query heads.
+        heads: u32,
+        /// KV heads.
+        kv_heads: u32,
+        /// Head length.
+        head_dim: u32,
+        /// Score scale, 1/sqrt(head_dim).
+        scale: f32,
+    },
+    /// In-place softmax over rows of `n`.
+    Softmax {
+        /// Row length.
+        n: u32,
+    },
+    /// Index of the largest value of each row of `n` (first on ties).
+    Argmax {
+        /// Row length.
+        n: u32,
+    },
+}
+
+impl Op {
+    /// The op's short name, as in kernel names and templates.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Op::Gemv { .. } => "gemv",
+            Op::RmsNorm { .. } => "rmsnorm",
+            Op::Rope { .. } => "rope",
+            Op::SiluMul { .. } => "silu_mul",
+            Op::Add { .. } => "add",
+            Op::Embed { .. } => "embed",
+            Op::KvStore { .. } => "kv_store",
+            Op::Attention { .. } => "attention",
+            Op::Softmax { .. } => "softmax",
+            Op::Argmax { .. } => "argmax",
+        }
+    }
+
+    /// The kernel name: op and every shape it is specialized on.
+    pub fn kernel_name(&self) -> String {
+        let q = |t: &GgmlType| t.name().to_ascii_lowercase();
+        match self {
+            Op::Gemv { quant, rows, cols, window: 1 } => format!("gemv_{}_{rows}x{cols}", q(quant)),
+            Op::Gemv { quant, rows, cols, window } => format!("gemv_{}_{rows}x{cols}_t{window}", q(quant)),
+            Op::RmsNorm { n, .. } => format!("rmsnorm_{n}"),
+            Op::Rope { style, head_dim, rope_dims } => {
+                let style = if *style == RopeStyle::Neox { "neox" } else { "normal" };
+                format!("rope_{style}_{head_dim}_{rope_dims}")
+            }
+            Op::SiluMul { n } => format!("silu_mul_{n}"),
+            Op::Add { n, broadcast: false } => format!("add_{n}"),
+            Op::Add { n, broadcast: true } => format!("add_bias_{n}"),
+            Op::Embed { quant, cols, vocab } => format!("embed_{}_{vocab}x{cols}", q(quant)),
+            Op::KvStore { width } => format!("kv_store_{width}"),
+            Op::Attention { heads, kv_heads, head_dim, .. } => format!("attention_{heads}x{kv_heads}x{head_dim}"),
+            Op::Softmax { n } => format!("softmax_{n}"),
+            Op::Argmax { n } => format!("argmax_{n}"),
+        }
+    }
+}
+
+/// One grid dimension: fixed at compile time, or `ceil(runtime value / per_block)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Dim {
+    /// A constant block count.
+    Fixed(u32),
+    /// Blocks derived from a runtime argument (see [`Scalar`]).
+    Runtime {
+        /// The scalar argument's name.
+        arg: String,
+        /// Values covered by one block.
+        per_block: u32,
+    },
+}
+
+/// How the host launches a kernel: grid, block and dynamic shared memory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// Blocks along x, y, z.
+    pub grid: [Dim; 3],
+    /// Threads per block (a multiple of the wave size).
+    pub threads: u32,
+    /// Waves per block.
+    pub waves: u32,
+    /// Wave size the kernel was written for; the host checks it against the device.
+    pub wave_size: u32,
+    /// Shared memory the kernel declares, bytes.
+    pub shared_bytes: u32,
+}
+
+/// Element type of a buffer argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Elem {
+    /// Raw quantized blocks.
+    U8,
+    /// f32 values.
+    F32,
+    /// f16 values.
+    F16,
+    /// i32 values (token ids, indices).
+    I32,
+}
+
+impl Elem {
+    /// Bytes per element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Elem::U8 => 1,
+            Elem::F16 => 2,
+            Elem::F32 | Elem::I32 => 4,
+        }
+    }
+}
+
+/// A buffer's length: fixed, or a fixed row length times a runtime count.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Extent {
+    /// Elements known at compile time.
+    Fixed(u64),
+    /// `per_row` elements for each of the runtime argument's value.
+    PerArg {
+        /// The scalar argument giving the row count.
+        arg: String,
+        /// Elements per row.
+        per_row: u64,
+    },
+}
+
+/// A buffer argument.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Buffer {
+    /// Argument name (as in the kernel signature).
+    pub name: String,
+    /// Element type.
+    pub elem: Elem,
+    /// Length in elements.
+    pub extent: Extent,
+    /// Whether the kernel writes it.
+    pub writes: bool,
+}
+
+/// A scalar (u32) argument, with the most it may be at launch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Scalar {
+    /// Argument name.
+    pub name: String,
+    /// Largest value the kernel is checked for (the host refuses larger ones).
+    pub max: u32,
+}
+
+/// How the GEMV inner product is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DotPath {
+    /// Dequantize to f32 and accumulate with fused multiply-adds.
+    Float,
+}
+
+/// Tuning of a GEMV (see [`rules::gemv`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemvTuning {
+    /// Waves per block.
+    pub waves: u32,
+    /// Waves sharing one row (intra-block split-K); `waves / split` rows per block.
+    pub split: u32,
+    /// Rows per block.
+    pub rows_per_block: u32,
+    /// Input columns staged in shared memory per tile (a multiple of 32).
+    pub tile_cols: u32,
+    /// Floats per 32-element chunk in the shared tile (see [`rules::CHUNK_STRIDE`]).
+    pub chunk_stride: u32,
+    /// Inner product path.
+    pub dot: DotPath,
+}
+
+/// Per-op tuning.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Tuning {
+    /// GEMV tuning.
+    Gemv(GemvTuning),
+    /// Block-per-row or elementwise ops need only their thread count (in `Launch`).
+    None {},
+}
+
+/// One kernel: what it computes, how it is launched, and its arguments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelSpec {
+    /// Unique name (also the symbol).
+    pub name: String,
+    /// The operation and its shapes.
+    #[serde(flatten)]
+    pub op: Op,
+    /// Launch geometry.
+    pub launch: Launch,
+    /// Tuning decisions.
+    pub tuning: Tuning,
+    /// Buffer arguments, in signature order.
+    pub buffers: Vec<Buffer>,
+    /// Scalar arguments, after the buffers, in signature order.
+    pub scalars: Vec<Scalar>,
+}
+
+/// The kernels of one pack on one target.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Target name.
+    pub target: String,
+    /// Options used.
+    pub options: Options,
+    /// Kernels, sorted by name.
+    pub kernels: Vec<KernelSpec>,
+}
+
+/// Why a pack cannot be planned.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlanError {
+    /// `--spec` out of range.
+    #[error("--spec {0} is out of range (0 or 1 for off, 2 to {MAX_WINDOW})")]
+    Spec(u32),
+    /// A shape the kernels do not handle.
+    #[error("tensor {tensor}: {what}")]
+    Shape {
+        /// The tensor.
+        tensor: String,
+        /// What is unsupported.
+        what: String,
+    },
+}
+
+/// Plans every kernel `pack` (described by `model`) needs on `target`.
+pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) -> Result<Plan, PlanError> {
+    if options.spec > MAX_WINDOW {
+        return Err(PlanError::Spec(options.spec));
+    }
+    let max_window = options.spec.max(1);
+    let mut ops = Vec::new();
+
+    // Matrix products: one GEMV per distinct (type, rows, cols), for every window.
+    for expected in model.expected_tensors() {
+        let Some(t) = pack.tensor(&expected.name) else { continue };
+        let gemv_role = matches!(expected.role, Role::Linear | Role::Output | Role::Router | Role::Experts);
+        let tied_output = expected.role == Role::Embedding && model.tied_output;
+        if !(gemv_role || tied_output) {
+            continue;
+        }
+        let (cols, rows) = (t.shape[0] as u32, t.shape[1] as u32);
+        if cols % 32 != 0 {
+            return Err(PlanError::Shape {
+                tensor: t.name.clone(),
+                what: format!("row length {cols} is not a multiple of 32, which every GEMV kernel needs"),
+            });
+        }
+        ops.extend((1..=max_window).map(|window| Op::Gemv { quant: t.ty, rows, cols, window }));
+    }
+
+    let embd = pack.tensor("token_embd.weight").map(|t| t.ty).unwrap_or(GgmlType::F32);
+    let style = if model.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
+    let ffn = model.experts.map_or(model.ffn, |x| x.ffn);
+    ops.extend([
+        Op::Embed { quant: embd, cols: model.embd, vocab: model.vocab },
+        Op::RmsNorm { n: model.embd, eps: model.rms_eps },
+        Op::Rope { style, head_dim: model.head_dim_k, rope_dims: model.rope_dims },
+        Op::KvStore { width: model.kv_heads * model.head_dim_k },
+        Op::Attention {
+            heads: model.heads,
+            kv_heads: model.kv_heads,
+            head_dim: model.head_dim_k,
+            scale: 1.0 / (model.head_dim_k as f32).sqrt(),
+        },
+        Op::SiluMul { n: ffn },
+        Op::Add { n: model.embd, broadcast: false },
+        Op::Softmax { n: model.vocab },
+        Op::Argmax { n: model.vocab },
+    ]);
+    if matches!(model.family, Family::Qwen3 | Family::Qwen3Moe) {
+        ops.push(Op::RmsNorm { n: model.head_dim_k, eps: model.rms_eps });
+    }
+    if model.family == Family::Qwen2 {
+        for n in [model.heads * model.head_dim_k, model.kv_heads * model.head_dim_k] {
+            ops.push(Op::Add { n, broadcast: true });
+        }
+    }
+
+    let mut kernels: Vec<KernelSpec> = ops.into_iter().map(|op| rules::kernel(op, target)).collect();
+    if options.checked {
+        for k in &mut kernels {
+            k.buffers.push(Buffer {
+                name: ERROR_BUFFER.into(),
+                elem: Elem::I32,
+                extent: Extent::Fixed(8),
+                writes: true,
+            });
+        }
+    }
+    kernels.sort_by(|a, b| a.name.cmp(&b.name));
+    kernels.dedup_by(|a, b| a.name == b.name);
+    Ok(Plan { target: target.name.clone(), options: options.clone(), kernels })
+}

@@ -1,0 +1,39 @@
+// ---- strata prelude: CUDA (clang, no CUDA headers) -------------------------------
+// Maps the few primitives the vendor-neutral kernel bodies use to NVVM builtins.
+// Target {{target}} ({{arch}}), warp size {{wave_size}}.
+#define STRATA_KERNEL(threads) extern "C" __attribute__((global)) __attribute__((launch_bounds(threads)))
+#define STRATA_DEVICE static __attribute__((device)) __attribute__((always_inline)) inline
+#define STRATA_SHARED __attribute__((shared))
+#define STRATA_TABLE static __attribute__((device)) const
+#define STRATA_RESTRICT __restrict__
+#define STRATA_WAVE {{wave_size}}u
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+
+STRATA_DEVICE u32 strata_thread(void) { return __nvvm_read_ptx_sreg_tid_x(); }
+STRATA_DEVICE u32 strata_block_x(void) { return __nvvm_read_ptx_sreg_ctaid_x(); }
+STRATA_DEVICE u32 strata_block_y(void) { return __nvvm_read_ptx_sreg_ctaid_y(); }
+// bar.sync 0: block-wide barrier with shared-memory ordering (CUDA's __syncthreads).
+STRATA_DEVICE void strata_barrier(void) { __nvvm_barrier_sync(0); }
+STRATA_DEVICE float strata_shfl_xor(float v, u32 mask) {
+    return __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, mask, 0x1f);
+}
+STRATA_DEVICE i32 strata_shfl_xor_i32(i32 v, u32 mask) {
+    return __nvvm_shfl_sync_bfly_i32(0xffffffffu, v, mask, 0x1f);
+}
+STRATA_DEVICE float strata_f16_to_f32(u16 h) { return (float)__builtin_bit_cast(_Float16, h); }
+STRATA_DEVICE u16 strata_f32_to_f16(float f) { return __builtin_bit_cast(u16, (_Float16)f); }
+STRATA_DEVICE float strata_fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+// Approximate math: ex2.approx and rsqrt.approx (about 2 ulp).
+STRATA_DEVICE float strata_exp(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889634f); }
+STRATA_DEVICE float strata_rsqrt(float x) { return __nvvm_rsqrt_approx_f(x); }
+// A scheduling fence: memory accesses may not move across it, and `v` must be final
+// here. Placed after a group of loads and the arithmetic consuming them, it bounds how
+// many loaded values are live at once (and so the registers of wide unrolled loops).
+STRATA_DEVICE void strata_fence_value(float* v) { __asm__ volatile("" : "+f"(*v) : : "memory"); }
+STRATA_DEVICE u32 strata_atomic_add(i32* p, i32 v) { return (u32)__atomic_fetch_add(p, v, __ATOMIC_RELAXED); }

@@ -1,0 +1,45 @@
+// ---- strata prelude: HIP (clang, no ROCm headers) --------------------------------
+// Maps the few primitives the vendor-neutral kernel bodies use to AMDGPU builtins.
+// Target {{target}} ({{arch}}), wave size {{wave_size}}.
+#define STRATA_KERNEL(threads) extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, threads)))
+#define STRATA_DEVICE static __attribute__((device)) __attribute__((always_inline)) inline
+#define STRATA_SHARED __attribute__((shared))
+#define STRATA_TABLE static __attribute__((device)) const
+#define STRATA_RESTRICT __restrict__
+#define STRATA_WAVE {{wave_size}}u
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+
+STRATA_DEVICE u32 strata_thread(void) { return __builtin_amdgcn_workitem_id_x(); }
+STRATA_DEVICE u32 strata_block_x(void) { return __builtin_amdgcn_workgroup_id_x(); }
+STRATA_DEVICE u32 strata_block_y(void) { return __builtin_amdgcn_workgroup_id_y(); }
+// s_barrier between a work-group release and acquire fence (HIP's __syncthreads).
+STRATA_DEVICE void strata_barrier(void) {
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+    __builtin_amdgcn_s_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+STRATA_DEVICE u32 strata_lane(void) { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
+// ds_bpermute reads lane (index / 4) of the wave: the butterfly of CUDA's shfl.bfly.
+STRATA_DEVICE i32 strata_shfl_xor_i32(i32 v, u32 mask) {
+    return __builtin_amdgcn_ds_bpermute((i32)((strata_lane() ^ mask) << 2), v);
+}
+STRATA_DEVICE float strata_shfl_xor(float v, u32 mask) {
+    return __builtin_bit_cast(float, strata_shfl_xor_i32(__builtin_bit_cast(i32, v), mask));
+}
+STRATA_DEVICE float strata_f16_to_f32(u16 h) { return (float)__builtin_bit_cast(_Float16, h); }
+STRATA_DEVICE u16 strata_f32_to_f16(float f) { return __builtin_bit_cast(u16, (_Float16)f); }
+STRATA_DEVICE float strata_fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+// Approximate math: v_exp_f32 and v_rsq_f32 (about 1 ulp).
+STRATA_DEVICE float strata_exp(float x) { return __builtin_amdgcn_exp2f(x * 1.4426950408889634f); }
+STRATA_DEVICE float strata_rsqrt(float x) { return __builtin_amdgcn_rsqf(x); }
+// A scheduling fence: memory accesses may not move across it, and `v` must be final
+// here. Placed after a group of loads and the arithmetic consuming them, it bounds how
+// many loaded values are live at once (and so the registers of wide unrolled loops).
+STRATA_DEVICE void strata_fence_value(float* v) { __asm__ volatile("" : "+v"(*v) : : "memory"); }
+STRATA_DEVICE u32 strata_atomic_add(i32* p, i32 v) { return (u32)__atomic_fetch_add(p, v, __ATOMIC_RELAXED); }

@@ -1,0 +1,172 @@
+//! strata-compile end to end with the real toolchain: every kernel of packs holding
+//! every supported quant type compiles for all nine targets; AMD code objects have no
+//! spills or scratch; limits are enforced with errors that name kernel, limit, value.
+
+use std::path::Path;
+
+use strata_compiler::artifacts::{self, CompileError, Request, Stage};
+use strata_compiler::build::{Resources, Toolchain};
+use strata_compiler::pack::Pack;
+use strata_compiler::plan::{Op, Options};
+use strata_compiler::target::{self, Target, Vendor};
+use strata_tests::{every_type_packs, toolchain};
+
+fn compile(
+    pack: &Pack,
+    target: &Target,
+    options: Options,
+    out: &Path,
+    tools: &Toolchain,
+) -> Result<artifacts::Manifest, CompileError> {
+    let req = Request { pack, target, options, allow_spills: false, run_on: None, out };
+    artifacts::compile(&req, tools, &mut |_| {})
+}
+
+#[test]
+fn every_kernel_compiles_for_every_target_without_spills() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let packs: Vec<Pack> = every_type_packs(dir.path()).iter().map(|p| Pack::open(p).expect("opens")).collect();
+    let mut types = std::collections::BTreeSet::new();
+    for target in target::known() {
+        for (i, pack) in packs.iter().enumerate() {
+            let out = dir.path().join(format!("{}-{i}", target.name));
+            let m = compile(pack, &target, Options::default(), &out, &tools)
+                .unwrap_or_else(|e| panic!("{}: {e}", target.name));
+            assert!(out.join(&m.module.binary).exists());
+            assert_eq!(m.pack.fingerprint, pack.fingerprint());
+            for k in &m.kernels {
+                assert!(out.join(&k.source).exists(), "{}", k.source);
+                if let Op::Gemv { quant, .. } = k.spec.op {
+                    types.insert(quant);
+                }
+                match (&target.vendor, &k.resources) {
+                    (Vendor::Amd, r @ Resources::CodeObject { lds_bytes, .. }) => {
+                        assert_eq!(r.spills(), Some(0), "{} {}: {r:?}", target.name, k.spec.name);
+                        // The plan's figure is exact up to the compiler's alignment of arrays.
+                        let declared = k.spec.launch.shared_bytes;
+                        assert!(
+                            (declared..=declared + 32).contains(lds_bytes),
+                            "{} {}: {r:?}",
+                            target.name,
+                            k.spec.name
+                        );
+                    }
+                    (Vendor::Nvidia, Resources::CheckedAtLoad | Resources::Ptxas { .. }) => {}
+                    (_, r) => panic!("{} {}: unexpected resources {r:?}", target.name, k.spec.name),
+                }
+            }
+        }
+    }
+    assert_eq!(types.len(), strata_compiler::quant::SUPPORTED.len(), "GEMVs of every type: {types:?}");
+}
+
+#[test]
+fn windows_up_to_16_fit_gfx1100_and_sm_90() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = Pack::open(&every_type_packs(dir.path())[0]).expect("opens");
+    for name in ["gfx1100", "sm_90"] {
+        let target = Target::load(name).expect("known");
+        let out = dir.path().join(name);
+        let m = compile(&pack, &target, Options { spec: 16, checked: false }, &out, &tools).expect("compiles");
+        let windows: std::collections::BTreeSet<u32> = m
+            .kernels
+            .iter()
+            .filter_map(|k| if let Op::Gemv { window, .. } = k.spec.op { Some(window) } else { None })
+            .collect();
+        assert_eq!(windows, (1..=16).collect());
+        for k in &m.kernels {
+            assert_eq!(k.resources.spills().filter(|s| *s > 0), None, "{name} {}: {:?}", k.spec.name, k.resources);
+        }
+    }
+}
+
+#[test]
+fn checked_builds_take_the_error_buffer() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = Pack::open(&every_type_packs(dir.path())[1]).expect("opens");
+    for name in ["gfx1100", "gfx90a", "sm_90"] {
+        let target = Target::load(name).expect("known");
+        let out = dir.path().join(name);
+        let m = compile(&pack, &target, Options { spec: 2, checked: true }, &out, &tools).expect("compiles");
+        assert!(m.kernels.iter().all(|k| k.spec.buffers.last().is_some_and(|b| b.name == "strata_err")));
+        let source = std::fs::read_to_string(out.join(&m.module.source)).expect("written");
+        assert!(source.contains("#define STRATA_CHECKED 1"));
+        for k in &m.kernels {
+            assert_eq!(k.resources.spills().filter(|s| *s > 0), None, "{name} {}", k.spec.name);
+        }
+    }
+}
+
+#[test]
+fn same_inputs_do_not_rebuild() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = Pack::open(&every_type_packs(dir.path())[0]).expect("opens");
+    let target = Target::load("gfx1030").expect("known");
+    let out = dir.path().join("art");
+    let req = Request {
+        pack: &pack,
+        target: &target,
+        options: Options::default(),
+        allow_spills: false,
+        run_on: None,
+        out: &out,
+    };
+    let mut stages = Vec::new();
+    let first = artifacts::compile(&req, &tools, &mut |s| stages.push(s)).expect("compiles");
+    assert!(stages.iter().any(|s| matches!(s, Stage::Build(..))));
+    stages.clear();
+    let second = artifacts::compile(&req, &tools, &mut |s| stages.push(s)).expect("compiles");
+    assert!(stages.contains(&Stage::UpToDate) && !stages.iter().any(|s| matches!(s, Stage::Build(..))));
+    assert_eq!(first, second);
+    assert_eq!(artifacts::read_manifest(&out).expect("readable"), first);
+}
+
+#[test]
+fn limits_are_compile_errors_that_name_kernel_limit_and_value() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = Pack::open(&every_type_packs(dir.path())[0]).expect("opens");
+    // A custom target: gfx1100 with 8 KiB of LDS per work-group.
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../targets/gfx1100.toml"))
+        .expect("shipped");
+    let small = text
+        .replace("shared_bytes_per_block = 65536", "shared_bytes_per_block = 8192")
+        .replace("shared_bytes_opt_in = 65536", "shared_bytes_opt_in = 8192");
+    let path = dir.path().join("small-lds.toml");
+    std::fs::write(&path, small).expect("written");
+    let target = Target::load(path.to_str().expect("utf-8")).expect("valid");
+    let out = dir.path().join("ok");
+    compile(&pack, &target, Options { spec: 4, checked: false }, &out, &tools).expect("spec 4 fits 8 KiB");
+    let e = compile(&pack, &target, Options { spec: 16, checked: false }, &dir.path().join("no"), &tools).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("kernel gemv_q4_0_256x512_t16: shared memory per block is 18432 bytes, but gfx1100 allows 8192 bytes per block"),
+        "{text}"
+    );
+    assert!(!dir.path().join("no").join("manifest.toml").exists(), "nothing is written for a failed check");
+    let e = compile(&pack, &target, Options { spec: 17, checked: false }, &out, &tools).unwrap_err();
+    assert_eq!(e.to_string(), "--spec 17 is out of range (0 or 1 for off, 2 to 16)");
+}
+
+#[test]
+fn compiler_errors_name_the_kernel_and_its_source_line() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = "STRATA_KERNEL(64) void broken_kernel(float* y) {\n    y[0] = undeclared_thing;\n}\n";
+    let module = strata_compiler::emit::Module {
+        dialect: strata_compiler::emit::Dialect::Cuda,
+        source: format!(
+            "#define STRATA_KERNEL(n) extern \"C\" __attribute__((global))\n#line 1 \"broken_kernel.cu\"\n{text}"
+        ),
+        kernels: vec![],
+    };
+    let target = Target::load("sm_90").expect("known");
+    let e = strata_compiler::build::build(&module, &target, &tools, dir.path()).unwrap_err();
+    let message = e.to_string();
+    assert!(message.starts_with("clang failed on broken_kernel:"), "{message}");
+    assert!(message.contains("broken_kernel.cu:2:") && message.contains("y[0] = undeclared_thing;"), "{message}");
+}

@@ -1,0 +1,91 @@
+//! Snapshots of the compiler's pure stages: the plan of a pack and the rendered kernels,
+//! for every op × representative quant types × every target. Output is deterministic,
+//! so any change to a rule or a template shows up here for review.
+
+use strata_compiler::emit::{self, Dialect};
+use strata_compiler::model::ModelDesc;
+use strata_compiler::pack::Pack;
+use strata_compiler::plan::{self, Op, Options, Plan};
+use strata_compiler::quant::GgmlType;
+use strata_compiler::synth::Preset;
+use strata_compiler::target::{self, Target};
+use strata_tests::synthetic_pack;
+
+fn plan_for(preset: Preset, weights: &[GgmlType], target: &Target, options: &Options) -> Plan {
+    let pack = Pack::from_bytes("snapshot.gguf", synthetic_pack(preset, 1, weights)).expect("valid");
+    let model = ModelDesc::from_pack(&pack).expect("runnable");
+    plan::plan(&model, &pack, target, options).expect("plannable")
+}
+
+/// Representative kernels: one GEMV shape per quant type at T = 1 and T = 2, and every
+/// other op once.
+fn representative(plan: &Plan) -> Vec<&str> {
+    let mut seen = std::collections::BTreeSet::new();
+    plan.kernels
+        .iter()
+        .filter(|k| match k.op {
+            Op::Gemv { quant, rows, window, .. } => window <= 2 && rows == 256 && seen.insert((quant, window)),
+            _ => true,
+        })
+        .map(|k| k.name.as_str())
+        .collect()
+}
+
+#[test]
+fn kernels_for_every_target() {
+    let weights = [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::IQ1_M, GgmlType::IQ2_XS];
+    for target in target::known() {
+        let plan = plan_for(Preset::TinyQwen3, &weights, &target, &Options { spec: 2, checked: false });
+        let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
+        let keep = representative(&plan);
+        let text: String = module
+            .kernels
+            .iter()
+            .filter(|k| keep.contains(&k.name.as_str()))
+            .map(|k| format!("=== {} ===\n{}\n", k.name, k.text))
+            .collect();
+        insta::assert_snapshot!(format!("kernels_{}", target.name), text);
+    }
+}
+
+#[test]
+fn preludes_and_checked_mode() {
+    let weights = [GgmlType::Q8_0];
+    for (name, checked) in [("sm_90", false), ("gfx1100", false), ("gfx90a", true)] {
+        let target = Target::load(name).expect("known");
+        let plan = plan_for(Preset::TinyLlama, &weights, &target, &Options { spec: 0, checked });
+        let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
+        let head = module.source.split("\n// ---- lookup tables").next().unwrap_or_default();
+        insta::assert_snapshot!(format!("module_head_{name}{}", if checked { "_checked" } else { "" }), head);
+    }
+}
+
+#[test]
+fn cross_vendor_rendering_keeps_the_targets_tuning() {
+    let target = Target::load("gfx1100").expect("known");
+    let plan = plan_for(Preset::TinyLlama, &[GgmlType::IQ1_M], &target, &Options { spec: 0, checked: false });
+    let hip = emit::emit(&plan, &target, Dialect::Hip).expect("renders");
+    let cuda = emit::emit(&plan, &target, Dialect::Cuda).expect("renders");
+    // Same kernel bodies; only the prelude differs.
+    assert_eq!(hip.kernels, cuda.kernels);
+    assert!(cuda.source.contains("__nvvm_shfl_sync_bfly_f32") && !cuda.source.contains("ds_bpermute"));
+    assert!(cuda.source.contains("#define STRATA_WAVE 32u"));
+}
+
+#[test]
+fn plans_of_a_small_model() {
+    for name in ["sm_90", "gfx90a"] {
+        let target = Target::load(name).expect("known");
+        let plan = plan_for(Preset::TinyLlama, &[GgmlType::Q4_K, GgmlType::IQ3_S], &target, &Options::default());
+        insta::assert_json_snapshot!(format!("plan_tiny_llama_{name}"), plan);
+    }
+}
+
+#[test]
+fn rendering_is_deterministic() {
+    let target = Target::load("gfx1030").expect("known");
+    let plan = plan_for(Preset::TinyQwen3Moe, &[GgmlType::IQ2_S, GgmlType::Q5_K], &target, &Options::default());
+    let a = emit::emit(&plan, &target, Dialect::Hip).expect("renders");
+    let b = emit::emit(&plan, &target, Dialect::Hip).expect("renders");
+    assert_eq!(a, b);
+}
