@@ -38,6 +38,68 @@ if python3 scripts/device/gemv_check.py "$dev/checked/mix-a-sm_90" "$dev/packs/m
 else
     record "gemv vs CPU reference: checked build" FAIL
 fi
+
+# ---- strata-run (issue 4): self-test, CUDA = CPU, refusals, speed beside llama.cpp ----
+run="$dev/bin/strata-run"
+model=/tmp/strata-model/smollm2.gguf
+if [ ! -f "$model" ] && [ -f /tmp/strata-model/a/part ] && [ -f /tmp/strata-model/b/part ]; then
+    cat /tmp/strata-model/a/part /tmp/strata-model/b/part >"$model"
+fi
+export STRATA_CACHE=/tmp/strata-cache
+if [ -f "$model" ]; then
+    qwen3="$dev/packs/qwen3.gguf"
+    for case in "smollm2 sm_90" "qwen3 sm_90" "smollm2 gfx1100-on-sm_90" "qwen3 gfx1100-on-sm_90"; do
+        set -- $case
+        pack=$model; [ "$1" = qwen3 ] && pack=$qwen3
+        if "$run" selftest --pack "$pack" --artifacts "$dev/art-run/$1-$2" >"$OUT/selftest-$1-$2.txt" 2>&1; then
+            record "self-test $1 $2 ($(grep -c ' ok ' "$OUT/selftest-$1-$2.txt") kernels)" PASS
+        else
+            record "self-test $1 $2" FAIL; tail -3 "$OUT/selftest-$1-$2.txt"
+        fi
+    done
+    same=0
+    for prompt in "The capital of France is" "def fibonacci(n):" "Write a haiku about the sea."; do
+        chat=(); [ "$prompt" = "Write a haiku about the sea." ] && chat=(--chat)
+        "$run" generate --pack "$model" --artifacts "$dev/art-run/smollm2-sm_90" --backend cuda \
+            --prompt "$prompt" "${chat[@]}" --max-tokens 64 --ignore-eos >"$OUT/gen-cuda.txt" 2>>"$OUT/gen.log"
+        "$run" generate --pack "$model" --backend cpu --prompt "$prompt" "${chat[@]}" --max-tokens 64 --ignore-eos \
+            >"$OUT/gen-cpu.txt" 2>>"$OUT/gen.log"
+        if cmp -s "$OUT/gen-cuda.txt" "$OUT/gen-cpu.txt"; then same=$((same + 1)); else
+            echo "differs for: $prompt"; diff "$OUT/gen-cuda.txt" "$OUT/gen-cpu.txt" | head -5; fi
+    done
+    record "CUDA greedy = CPU greedy, 64 tokens ($same/3 prompts)" "$([ $same = 3 ] && echo PASS || echo FAIL)"
+    refuse() { # label, expected text, expected status, command...
+        local label=$1 want=$2 status=$3; shift 3
+        out=$("$@" 2>&1); rc=$?
+        if [ "$rc" = "$status" ] && grep -q -- "$want" <<<"$out"; then record "$label" PASS; else
+            record "$label" "FAIL (rc $rc)"; echo "$out" | tail -3; fi
+    }
+    refuse "refuses artifacts of another pack" "artifacts are for another pack" 1 \
+        "$run" selftest --pack "$qwen3" --artifacts "$dev/art-run/smollm2-sm_90"
+    refuse "refuses artifacts of another target" "artifacts are for gfx1100; this device is sm_90" 1 \
+        "$run" selftest --pack "$model" --artifacts "$dev/art-run/smollm2-gfx1100"
+    refuse "self-test names a planted wrong kernel" "kernel rmsnorm_576 does not match" 1 \
+        "$run" generate --pack "$model" --artifacts "$dev/art-run/smollm2-fault-wrong" --prompt hi --max-tokens 1
+    start=$(date +%s)
+    refuse "watchdog names a planted endless loop" "kernel silu_mul_1536 did not finish within 2 s" 3 \
+        timeout 60 "$run" generate --pack "$model" --artifacts "$dev/art-run/smollm2-fault-hang" --prompt hi --deadline 2
+    echo "hang reported after $(( $(date +%s) - start )) s"
+    echo "== speed: strata-run bench beside llama-bench, same GGUF =="
+    "$run" bench --pack "$model" --artifacts "$dev/art-run/smollm2-sm_90" -p 512 -n 128 -r 3 2>/dev/null | tee "$OUT/bench-strata.txt"
+    record "strata SmolLM2 Q4_1 sm_90" "$(cat "$OUT/bench-strata.txt" | cut -d'(' -f1)"
+    llb=/tmp/llb/bin/llama-bench
+    if [ -x "$llb" ]; then
+        "$llb" -m "$model" -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o md 2>/dev/null | tee "$OUT/bench-llama.txt"
+        pp=$(awk -F'|' '/pp512/ {print $(NF-1)}' "$OUT/bench-llama.txt" | xargs)
+        tg=$(awk -F'|' '/tg128/ {print $(NF-1)}' "$OUT/bench-llama.txt" | xargs)
+        record "llama.cpp SmolLM2 Q4_1 (llama-bench)" "pp512 $pp t/s  tg128 $tg t/s"
+    else
+        record "llama.cpp llama-bench" "not built (carry .peer, see README)"
+    fi
+else
+    record "strata-run checks" "SKIPPED: the default model was not carried"
+fi
+
 echo
 echo "== summary =="
 printf '%s\n' "${results[@]}"

@@ -2,7 +2,13 @@
 # Builds what scripts/device-check.sh needs into .device/ (git-ignored; carry it with the
 # device call): the release binaries, small synthetic test packs that together hold every
 # supported quant type, and their artifacts for sm_90 plus the gfx1100 (wave32) kernels
-# rendered in CUDA for sm_90 (cross-vendor execution).
+# rendered in CUDA for sm_90 (cross-vendor execution); the same for the default model
+# (SmolLM2) and a qwen3 synthetic pack, with deliberately faulty builds for the refusal
+# checks.
+#
+# The default model (94 MiB) is larger than one device call carries (64 MiB), so it
+# travels in pieces: .device-model/part-a and part-b, each carried by its own call ahead
+# of the check (see README, "GPU checks"); device-check.sh joins them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked --bins
@@ -24,4 +30,21 @@ for p in mix-a mix-b; do
 done
 $sc --pack "$dev/packs/mix-a.gguf" --target sm_90 --spec 2 --checked --out "$dev/checked/mix-a-sm_90"
 echo mix-a.gguf >"$dev/checked/mix-a-sm_90/PACK"
-du -sh "$dev"
+
+# The default model and a qwen3 synthetic pack: artifacts for sm_90, for gfx1100 run on
+# sm_90, natively for gfx1100 (to be refused on this device), and with planted faults.
+model=$(scripts/fetch-model.sh)
+$sc synth --preset tiny-qwen3 --type Q4_K,Q6_K,Q8_0 --out "$dev/packs/qwen3.gguf" --seed 3 >/dev/null
+for p in smollm2 qwen3; do
+    pack="$dev/packs/$p.gguf"
+    [ $p = smollm2 ] && pack=$model
+    $sc --pack "$pack" --target sm_90 --out "$dev/art-run/$p-sm_90" >/dev/null
+    $sc --pack "$pack" --target gfx1100 --run-on sm_90 --out "$dev/art-run/$p-gfx1100-on-sm_90" >/dev/null
+done
+$sc --pack "$model" --target gfx1100 --out "$dev/art-run/smollm2-gfx1100" >/dev/null
+$sc --pack "$model" --target sm_90 --fault wrong:rmsnorm_576 --out "$dev/art-run/smollm2-fault-wrong" >/dev/null
+$sc --pack "$model" --target sm_90 --fault hang:silu_mul_1536 --out "$dev/art-run/smollm2-fault-hang" >/dev/null
+rm -rf .device-model && mkdir -p .device-model/a .device-model/b
+head -c 40M "$model" >.device-model/a/part
+tail -c +$((40 * 1024 * 1024 + 1)) "$model" >.device-model/b/part
+du -sh "$dev" .device-model/* .peer 2>/dev/null

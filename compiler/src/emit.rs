@@ -13,7 +13,7 @@ use handlebars::Handlebars;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::plan::{Extent, KernelSpec, Op, Plan, RopeStyle, Tuning};
+use crate::plan::{Extent, Fault, KernelSpec, Op, Plan, RopeStyle, Tuning};
 use crate::quant::{GgmlType, grids};
 use crate::target::{Target, Vendor};
 
@@ -52,6 +52,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("common", include_str!("../../templates/common.cuh")),
     ("ops/gemv", include_str!("../../templates/ops/gemv.cu.hbs")),
     ("ops/rmsnorm", include_str!("../../templates/ops/rmsnorm.cu.hbs")),
+    ("ops/add_rmsnorm", include_str!("../../templates/ops/add_rmsnorm.cu.hbs")),
     ("ops/rope", include_str!("../../templates/ops/rope.cu.hbs")),
     ("ops/silu_mul", include_str!("../../templates/ops/silu_mul.cu.hbs")),
     ("ops/add", include_str!("../../templates/ops/add.cu.hbs")),
@@ -167,7 +168,10 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
     let mut kernels = Vec::with_capacity(plan.kernels.len());
     for (id, spec) in plan.kernels.iter().enumerate() {
         let ctx = context(spec, id, target);
-        let text = render(&format!("ops/{}", spec.op.kind()), &spec.name, &ctx)?;
+        let mut text = render(&format!("ops/{}", spec.op.kind()), &spec.name, &ctx)?;
+        if plan.options.fault == Some(Fault::Hang(spec.name.clone())) {
+            text = plant_hang(&text, &spec.name);
+        }
         let _ = write!(source, "\n#line 1 \"{}.{}\"\n", spec.name, dialect.extension());
         source.push_str(&text);
         let hash = hex(&Sha256::digest(text.as_bytes()));
@@ -263,7 +267,7 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
                 "w_len": fixed(spec, "w"), "x_len": fixed(spec, "x"), "y_len": fixed(spec, "y"),
             })
         }
-        Op::RmsNorm { n, eps } => json!({ "n": n, "eps": c_float(*eps) }),
+        Op::RmsNorm { n, eps } | Op::AddRmsNorm { n, eps } => json!({ "n": n, "eps": c_float(*eps) }),
         Op::Rope { style, head_dim, rope_dims } => {
             let half = rope_dims / 2;
             let (a, b, pairing) = match style {
@@ -301,6 +305,18 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
 /// Lower-case hex of bytes.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Makes a kernel spin forever (the `hang` fault): a volatile loop at the top of its
+/// body, which the compiler must keep.
+fn plant_hang(text: &str, name: &str) -> String {
+    let body = text.find(&format!("void {name}(")).and_then(|at| text[at..].find('{').map(|b| at + b + 1));
+    match body {
+        Some(at) => {
+            format!("{}\n    for (volatile u32 strata_spin = 1u; strata_spin;) {{}}{}", &text[..at], &text[at..])
+        }
+        None => text.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -71,7 +71,8 @@ def run(art, checked):
     kc = cp.zeros((n_ctx, width), dtype=cp.uint16)
     vc = cp.zeros((n_ctx, width), dtype=cp.uint16)
     extra = err_args()
-    args = (kv, kv, kc, vc, np.uint32(1), np.uint32(n_ctx), np.uint32(n_ctx), *extra)
+    pos = cp.array([n_ctx], dtype=cp.int32)
+    args = (kv, kv, kc, vc, pos, np.uint32(1), np.uint32(n_ctx), *extra)
     mod.get_function(k["name"])(grid(k, tokens=1), (k["launch"]["threads"], 1, 1), args)
     cp.cuda.runtime.deviceSynchronize()
     ok = int(cp.count_nonzero(kc)) == 0
@@ -89,7 +90,8 @@ def run(art, checked):
     cache = cp.zeros((2, kv_heads * hd), dtype=cp.uint16)
     out = cp.full(heads * hd, np.nan, dtype=cp.float32)
     extra = err_args()
-    args = (q, cache, cache, out, np.uint32(9), np.uint32(2), *extra)
+    pos = cp.array([8], dtype=cp.int32)  # with t = 0: 9 positions
+    args = (q, cache, cache, out, pos, np.uint32(0), np.uint32(2), *extra)
     mod.get_function(k["name"])(grid(k), (k["launch"]["threads"], 1, 1), args)
     cp.cuda.runtime.deviceSynchronize()
     ok = bool(np.isfinite(cp.asnumpy(out)).all())

@@ -69,7 +69,8 @@ fn windows_up_to_16_fit_gfx1100_and_sm_90() {
     for name in ["gfx1100", "sm_90"] {
         let target = Target::load(name).expect("known");
         let out = dir.path().join(name);
-        let m = compile(&pack, &target, Options { spec: 16, checked: false }, &out, &tools).expect("compiles");
+        let m =
+            compile(&pack, &target, Options { spec: 16, checked: false, fault: None }, &out, &tools).expect("compiles");
         let windows: std::collections::BTreeSet<u32> = m
             .kernels
             .iter()
@@ -90,7 +91,8 @@ fn checked_builds_take_the_error_buffer() {
     for name in ["gfx1100", "gfx90a", "sm_90"] {
         let target = Target::load(name).expect("known");
         let out = dir.path().join(name);
-        let m = compile(&pack, &target, Options { spec: 2, checked: true }, &out, &tools).expect("compiles");
+        let m =
+            compile(&pack, &target, Options { spec: 2, checked: true, fault: None }, &out, &tools).expect("compiles");
         assert!(m.kernels.iter().all(|k| k.spec.buffers.last().is_some_and(|b| b.name == "strata_err")));
         let source = std::fs::read_to_string(out.join(&m.module.source)).expect("written");
         assert!(source.contains("#define STRATA_CHECKED 1"));
@@ -140,15 +142,16 @@ fn limits_are_compile_errors_that_name_kernel_limit_and_value() {
     std::fs::write(&path, small).expect("written");
     let target = Target::load(path.to_str().expect("utf-8")).expect("valid");
     let out = dir.path().join("ok");
-    compile(&pack, &target, Options { spec: 4, checked: false }, &out, &tools).expect("spec 4 fits 8 KiB");
-    let e = compile(&pack, &target, Options { spec: 16, checked: false }, &dir.path().join("no"), &tools).unwrap_err();
+    compile(&pack, &target, Options { spec: 4, checked: false, fault: None }, &out, &tools).expect("spec 4 fits 8 KiB");
+    let e = compile(&pack, &target, Options { spec: 16, checked: false, fault: None }, &dir.path().join("no"), &tools)
+        .unwrap_err();
     let text = e.to_string();
     assert!(
         text.contains("kernel gemv_q4_0_256x512_t16: shared memory per block is 18432 bytes, but gfx1100 allows 8192 bytes per block"),
         "{text}"
     );
     assert!(!dir.path().join("no").join("manifest.toml").exists(), "nothing is written for a failed check");
-    let e = compile(&pack, &target, Options { spec: 17, checked: false }, &out, &tools).unwrap_err();
+    let e = compile(&pack, &target, Options { spec: 17, checked: false, fault: None }, &out, &tools).unwrap_err();
     assert_eq!(e.to_string(), "--spec 17 is out of range (0 or 1 for off, 2 to 16)");
 }
 

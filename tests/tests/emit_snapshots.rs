@@ -35,7 +35,7 @@ fn representative(plan: &Plan) -> Vec<&str> {
 fn kernels_for_every_target() {
     let weights = [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::IQ1_M, GgmlType::IQ2_XS];
     for target in target::known() {
-        let plan = plan_for(Preset::TinyQwen3, &weights, &target, &Options { spec: 2, checked: false });
+        let plan = plan_for(Preset::TinyQwen3, &weights, &target, &Options { spec: 2, checked: false, fault: None });
         let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
         let keep = representative(&plan);
         let text: String = module
@@ -53,7 +53,7 @@ fn preludes_and_checked_mode() {
     let weights = [GgmlType::Q8_0];
     for (name, checked) in [("sm_90", false), ("gfx1100", false), ("gfx90a", true)] {
         let target = Target::load(name).expect("known");
-        let plan = plan_for(Preset::TinyLlama, &weights, &target, &Options { spec: 0, checked });
+        let plan = plan_for(Preset::TinyLlama, &weights, &target, &Options { spec: 0, checked, fault: None });
         let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
         let head = module.source.split("\n// ---- lookup tables").next().unwrap_or_default();
         insta::assert_snapshot!(format!("module_head_{name}{}", if checked { "_checked" } else { "" }), head);
@@ -63,7 +63,8 @@ fn preludes_and_checked_mode() {
 #[test]
 fn cross_vendor_rendering_keeps_the_targets_tuning() {
     let target = Target::load("gfx1100").expect("known");
-    let plan = plan_for(Preset::TinyLlama, &[GgmlType::IQ1_M], &target, &Options { spec: 0, checked: false });
+    let plan =
+        plan_for(Preset::TinyLlama, &[GgmlType::IQ1_M], &target, &Options { spec: 0, checked: false, fault: None });
     let hip = emit::emit(&plan, &target, Dialect::Hip).expect("renders");
     let cuda = emit::emit(&plan, &target, Dialect::Cuda).expect("renders");
     // Same kernel bodies; only the prelude differs.

@@ -12,7 +12,7 @@ use strata_compiler::artifacts::{self, Request, Stage};
 use strata_compiler::build::{Resources, Toolchain};
 use strata_compiler::inspect::{self, bytes};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::Options;
+use strata_compiler::plan::{Fault, Options};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::{self, Preset, Tokenizer, Types};
 use strata_compiler::target::{self, Target};
@@ -56,6 +56,10 @@ struct CompileArgs {
     /// prelude and build them for this NVIDIA target.
     #[arg(long, value_name = "NVIDIA_TARGET")]
     run_on: Option<String>,
+    /// Test only: plant a fault (`wrong:KERNEL` or `hang:KERNEL`) to prove the
+    /// runtime's self-test and watchdog catch it.
+    #[arg(long, hide = true, value_parser = Fault::parse)]
+    fault: Option<Fault>,
 }
 
 #[derive(Subcommand)]
@@ -216,7 +220,7 @@ fn compile(args: CompileArgs) -> Result<()> {
     let run_on = args.run_on.as_deref().map(Target::load).transpose()?;
     let pack = Pack::open(&pack)?;
     let tools = Toolchain::discover()?;
-    let options = Options { spec: args.spec, checked: args.checked };
+    let options = Options { spec: args.spec, checked: args.checked, fault: args.fault };
     let request = Request {
         pack: &pack,
         target: &target,

@@ -1,15 +1,21 @@
-//! `strata-run`: loads artifacts beside a pack and serves tokens.
-//!
-//! The runtime lands with issue #4; until then `generate` validates the pack and says
-//! plainly what is not built yet.
+//! `strata-run`: loads a pack with kernels compiled for this device (compiling them into
+//! the cache when no artifacts are given), self-tests them, and generates, scores or
+//! measures perplexity.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::Result;
-use clap::{Parser, Subcommand};
-use strata_compiler::model::ModelDesc;
-use strata_compiler::pack::Pack;
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use strata_runtime::backend::RunError;
+use strata_runtime::chat::{self, Message};
+use strata_runtime::generate;
+use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher};
+use strata_runtime::session::{self, BackendChoice, Event, OpenOptions, SelfTest, Session};
+use strata_runtime::tokenizer::StreamDecoder;
 
 #[derive(Parser)]
 #[command(version, about = "Runs a GGUF pack with kernels compiled for this device")]
@@ -20,18 +26,126 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Generates text from a prompt.
+    /// Generates text from a prompt, streaming it to stdout.
     Generate {
-        /// The pack.
+        #[command(flatten)]
+        open: OpenArgs,
+        #[command(flatten)]
+        prompt: PromptArgs,
+        /// Most tokens to generate.
+        #[arg(long, default_value_t = 256)]
+        max_tokens: usize,
+        /// Sampling temperature; 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Keep only the K most likely tokens (0: all).
+        #[arg(long, default_value_t = 40)]
+        top_k: usize,
+        /// Keep the most likely tokens whose probabilities sum to P.
+        #[arg(long, default_value_t = 0.95)]
+        top_p: f32,
+        /// Drop tokens less likely than P times the most likely.
+        #[arg(long, default_value_t = 0.05)]
+        min_p: f32,
+        /// Penalty for repeating recent tokens (1: off).
+        #[arg(long, default_value_t = 1.0)]
+        repeat_penalty: f32,
+        /// Random seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Stop when this text is generated (repeatable).
         #[arg(long)]
-        pack: PathBuf,
-        /// The prompt.
+        stop: Vec<String>,
+        /// Go on past end-of-generation tokens (for benchmarks and comparisons).
         #[arg(long)]
-        prompt: String,
-        /// Wrap the prompt in the pack's chat template.
-        #[arg(long)]
-        chat: bool,
+        ignore_eos: bool,
     },
+    /// Prints, for every prompt position, its token and the K highest logits there, as JSON.
+    Score {
+        #[command(flatten)]
+        open: OpenArgs,
+        #[command(flatten)]
+        prompt: PromptArgs,
+        /// Logits per position.
+        #[arg(long, default_value_t = 5)]
+        top_k: usize,
+        /// Print JSON (the only format).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Perplexity of a text file.
+    Perplexity {
+        #[command(flatten)]
+        open: OpenArgs,
+        /// The text.
+        #[arg(long)]
+        file: PathBuf,
+        /// Tokens per evaluated window.
+        #[arg(long = "window", default_value_t = 512)]
+        window: usize,
+    },
+    /// Prompt and decode throughput, as llama-bench's ppN and tgN.
+    Bench {
+        #[command(flatten)]
+        open: OpenArgs,
+        /// Prompt tokens.
+        #[arg(short = 'p', long, default_value_t = 512)]
+        prompt_tokens: usize,
+        /// Decoded tokens.
+        #[arg(short = 'n', long, default_value_t = 128)]
+        gen_tokens: usize,
+        /// Repetitions (after one warm-up).
+        #[arg(short = 'r', long, default_value_t = 3)]
+        reps: usize,
+    },
+    /// Self-tests every kernel of the artifacts on the device and prints a table.
+    Selftest {
+        #[command(flatten)]
+        open: OpenArgs,
+    },
+}
+
+#[derive(Args)]
+struct OpenArgs {
+    /// The pack (a .gguf file, or the first shard of a split pack).
+    #[arg(long)]
+    pack: PathBuf,
+    /// Compiled artifacts (default: compile for the detected device into the cache).
+    #[arg(long)]
+    artifacts: Option<PathBuf>,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    backend: BackendArg,
+    /// Context length (default: the pack's).
+    #[arg(long)]
+    ctx: Option<u32>,
+    /// Tokens per prefill pass (capped by the largest compiled window on a GPU).
+    #[arg(long, default_value_t = 64)]
+    prefill: u32,
+    /// Seconds a kernel may run before it is reported as a hang.
+    #[arg(long, default_value_t = 10.0)]
+    deadline: f64,
+}
+
+#[derive(Args)]
+struct PromptArgs {
+    /// The prompt.
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt as a user message in the pack's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// System message (with --chat).
+    #[arg(long)]
+    system: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BackendArg {
+    Auto,
+    Cpu,
+    Cuda,
+    Hip,
 }
 
 fn main() -> ExitCode {
@@ -39,29 +153,180 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("strata-run: {e:#}");
+            // A hang leaves the device busy: exit at once with a distinct status.
+            if matches!(e.downcast_ref::<RunError>(), Some(RunError::Hang { .. })) {
+                std::process::exit(3);
+            }
             ExitCode::FAILURE
         }
     }
 }
 
+fn open(args: &OpenArgs, selftest: SelfTest, verbose_selftest: bool) -> Result<Session> {
+    let opts = OpenOptions {
+        backend: match args.backend {
+            BackendArg::Auto => BackendChoice::Auto,
+            BackendArg::Cpu => BackendChoice::Cpu,
+            BackendArg::Cuda => BackendChoice::Cuda,
+            BackendArg::Hip => BackendChoice::Hip,
+        },
+        artifacts: args.artifacts.clone(),
+        ctx: args.ctx,
+        prefill: args.prefill,
+        selftest,
+        deadline: Duration::from_secs_f64(args.deadline.max(0.001)),
+    };
+    let bar = ProgressBar::hidden();
+    let mut tested = 0usize;
+    let session = session::open(&args.pack, &opts, &mut |event| match event {
+        Event::Device(d) => eprintln!("strata-run: device: {} ({}, {})", d.name, d.arch, d.backend),
+        Event::Compile(stage) => eprintln!("strata-compile: {stage:?}"),
+        Event::Artifacts(dir) => eprintln!("strata-run: artifacts: {}", dir.display()),
+        Event::SelfTestCached => eprintln!("strata-run: self-test: passed before on this device"),
+        Event::SelfTest(o) => {
+            tested += 1;
+            if verbose_selftest {
+                let status = if o.passed() { "ok" } else { "FAIL" };
+                println!(
+                    "{:<44} {:>4} {:>10.2e} {:>9.1e} {:>9.1} us",
+                    o.kernel,
+                    status,
+                    o.max_error,
+                    o.tolerance,
+                    o.time.as_secs_f64() * 1e6
+                );
+            } else if !o.passed() {
+                eprintln!("strata-run: self-test: {}", o.failure());
+            }
+        }
+        Event::Upload(done, total) => {
+            if bar.is_hidden() && total > 0 {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                bar.set_length(total);
+                bar.set_style(
+                    ProgressStyle::with_template("strata-run: uploading weights {bar:30} {bytes}/{total_bytes}")
+                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                );
+            }
+            bar.set_position(done);
+        }
+    });
+    bar.finish_and_clear();
+    if tested > 0 && !verbose_selftest {
+        eprintln!("strata-run: self-test: {tested} kernels passed");
+    }
+    Ok(session?)
+}
+
+fn prompt_tokens(s: &Session, p: &PromptArgs) -> Result<Vec<u32>> {
+    let text = if p.chat {
+        let mut messages = Vec::new();
+        if let Some(system) = &p.system {
+            messages.push(Message { role: "system".into(), content: system.clone() });
+        }
+        messages.push(Message { role: "user".into(), content: p.prompt.clone() });
+        let t = &s.tokenizer;
+        let template = t.chat_template().unwrap_or(chat::CHATML);
+        let text_of = |id: Option<u32>| id.map(|i| t.token_text(i).to_string()).unwrap_or_default();
+        chat::render(template, &messages, true, &text_of(t.bos()), &text_of(t.eos()))?
+    } else {
+        p.prompt.clone()
+    };
+    let tokens = s.tokenizer.encode(&text, true);
+    if tokens.is_empty() {
+        bail!("the prompt has no tokens");
+    }
+    Ok(tokens)
+}
+
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Generate { pack, prompt, chat } => {
-            let pack = Pack::open(&pack)?;
-            let model = ModelDesc::from_pack(&pack)?;
+        Command::Generate {
+            open: o,
+            prompt,
+            max_tokens,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repeat_penalty,
+            seed,
+            stop,
+            ignore_eos,
+        } => {
+            let mut s = open(&o, SelfTest::Auto, false)?;
+            let tokens = prompt_tokens(&s, &prompt)?;
+            let mut sampler = Sampler::new(SamplerConfig {
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repeat_penalty,
+                seed,
+                ..SamplerConfig::default()
+            });
+            let mut decoder = StreamDecoder::new();
+            let mut stops = StopMatcher::new(stop);
+            let mut stdout = std::io::stdout().lock();
+            let mut write_err = None;
+            let stats =
+                generate::generate(&mut s, &tokens, max_tokens, ignore_eos, &mut sampler, &mut |tokenizer, id| {
+                    let (text, stopped) = stops.push(&decoder.push(tokenizer, id));
+                    if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+                        write_err = Some(e);
+                        return false;
+                    }
+                    !stopped
+                })?;
+            let tail = stops.push(&decoder.finish()).0 + &stops.finish();
+            stdout.write_all(tail.as_bytes()).and_then(|()| stdout.write_all(b"\n"))?;
+            if let Some(e) = write_err {
+                return Err(e).context("writing to stdout");
+            }
             eprintln!(
-                "strata-run: {} is a valid {} pack ({} layers, {} wide, vocab {})",
-                pack.path().display(),
-                model.family.arch(),
-                model.layers,
-                model.embd,
-                model.vocab
+                "strata-run: prefill {} tokens at {:.1} t/s; decode {} tokens at {:.1} t/s ({})",
+                stats.prompt_tokens,
+                stats.prefill_rate(),
+                stats.decoded,
+                stats.decode_rate(),
+                s.device.name
             );
-            eprintln!(
-                "strata-run: not yet: the runtime (issue #4) is not built, so no tokens for {:?}{}",
-                prompt,
-                if chat { " (chat)" } else { "" }
+            Ok(())
+        }
+        Command::Score { open: o, prompt, top_k, json: _ } => {
+            let mut s = open(&o, SelfTest::Auto, false)?;
+            let tokens = prompt_tokens(&s, &prompt)?;
+            let scored = generate::score(&mut s, &tokens, top_k)?;
+            let positions: Vec<serde_json::Value> =
+                scored.into_iter().map(|(token, top)| serde_json::json!({ "token": token, "top_k": top })).collect();
+            println!("{}", serde_json::json!({ "positions": positions }));
+            Ok(())
+        }
+        Command::Perplexity { open: o, file, window } => {
+            let mut s = open(&o, SelfTest::Auto, false)?;
+            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let tokens = s.tokenizer.encode(&text, false);
+            let (ppl, scored) = generate::perplexity(&mut s, &tokens, window)?;
+            println!("perplexity {ppl:.4} over {scored} tokens (windows of {window})");
+            Ok(())
+        }
+        Command::Bench { open: o, prompt_tokens, gen_tokens, reps } => {
+            let mut s = open(&o, SelfTest::Auto, false)?;
+            let (pp, tg) = generate::bench(&mut s, prompt_tokens, gen_tokens, reps)?;
+            println!(
+                "pp{prompt_tokens} {pp:.1} t/s  tg{gen_tokens} {tg:.1} t/s  ({}, window {})",
+                s.device.name,
+                s.model.window()
             );
+            Ok(())
+        }
+        Command::Selftest { open: o } => {
+            println!("{:<44} {:>4} {:>10} {:>9} {:>12}", "kernel", "", "max error", "tolerance", "time");
+            let s = open(&o, SelfTest::Always, true)?;
+            if s.device.backend == "cpu" {
+                bail!("the self-test compares a GPU backend with the CPU reference; no GPU backend was found");
+            }
+            println!("self-test passed on {} ({})", s.device.name, s.device.arch);
             Ok(())
         }
     }

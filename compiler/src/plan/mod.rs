@@ -11,7 +11,7 @@ pub mod rules;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Family, ModelDesc, Role};
-use crate::pack::Pack;
+use crate::pack::{Pack, TensorInfo};
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -29,11 +29,43 @@ pub struct Options {
     pub spec: u32,
     /// Bounds-check every global access and record violations instead of faulting.
     pub checked: bool,
+    /// A deliberately broken kernel, to prove the runtime's self-test and watchdog
+    /// catch one (tests only; recorded in the manifest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<Fault>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { spec: 4, checked: false }
+        Options { spec: 4, checked: false, fault: None }
+    }
+}
+
+/// A planted fault in one kernel (test-only; see [`Options::fault`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "fault", content = "kernel", rename_all = "snake_case")]
+pub enum Fault {
+    /// Launch the kernel with half its blocks, so part of its output is never written.
+    Wrong(String),
+    /// Make the kernel spin forever.
+    Hang(String),
+}
+
+impl Fault {
+    /// Parses `wrong:KERNEL` or `hang:KERNEL`.
+    pub fn parse(text: &str) -> Result<Fault, String> {
+        match text.split_once(':') {
+            Some(("wrong", k)) if !k.is_empty() => Ok(Fault::Wrong(k.into())),
+            Some(("hang", k)) if !k.is_empty() => Ok(Fault::Hang(k.into())),
+            _ => Err(format!("fault {text:?} is not wrong:KERNEL or hang:KERNEL")),
+        }
+    }
+
+    /// The kernel it is planted in.
+    pub fn kernel(&self) -> &str {
+        match self {
+            Fault::Wrong(k) | Fault::Hang(k) => k,
+        }
     }
 }
 
@@ -71,7 +103,16 @@ pub enum Op {
         /// Epsilon.
         eps: f32,
     },
-    /// In-place rotary embedding of rows of `head_dim` from a host-computed cos/sin table.
+    /// `sum[r] = a[r] + b[r]`, then `y[r] = rmsnorm(sum[r]) · w`: the residual add and the
+    /// next norm in one pass (one launch instead of two, each row read once).
+    AddRmsNorm {
+        /// Row length.
+        n: u32,
+        /// Epsilon.
+        eps: f32,
+    },
+    /// In-place rotary embedding of rows of `head_dim` from a host-computed cos/sin table,
+    /// at positions read from a device buffer (so a captured decode step replays as is).
     Rope {
         /// Pairing.
         style: RopeStyle,
@@ -102,12 +143,13 @@ pub enum Op {
         /// Table rows.
         vocab: u32,
     },
-    /// Appends K and V rows (f32) to the f16 caches at consecutive positions.
+    /// Appends K and V rows (f32) to the f16 caches at consecutive positions from `pos[0]`.
     KvStore {
         /// Row width: KV heads × head length.
         width: u32,
     },
-    /// Decode attention of one query per head over the f16 KV cache (grouped-query).
+    /// Decode attention of one query per head (token `t` of a window at `pos[0]`) over the
+    /// f16 KV cache, causal (grouped-query).
     Attention {
         /// Query heads.
         heads: u32,
@@ -136,6 +178,7 @@ impl Op {
         match self {
             Op::Gemv { .. } => "gemv",
             Op::RmsNorm { .. } => "rmsnorm",
+            Op::AddRmsNorm { .. } => "add_rmsnorm",
             Op::Rope { .. } => "rope",
             Op::SiluMul { .. } => "silu_mul",
             Op::Add { .. } => "add",
@@ -154,6 +197,7 @@ impl Op {
             Op::Gemv { quant, rows, cols, window: 1 } => format!("gemv_{}_{rows}x{cols}", q(quant)),
             Op::Gemv { quant, rows, cols, window } => format!("gemv_{}_{rows}x{cols}_t{window}", q(quant)),
             Op::RmsNorm { n, .. } => format!("rmsnorm_{n}"),
+            Op::AddRmsNorm { n, .. } => format!("add_rmsnorm_{n}"),
             Op::Rope { style, head_dim, rope_dims } => {
                 let style = if *style == RopeStyle::Neox { "neox" } else { "normal" };
                 format!("rope_{style}_{head_dim}_{rope_dims}")
@@ -332,6 +376,9 @@ pub enum PlanError {
     /// `--spec` out of range.
     #[error("--spec {0} is out of range (0 or 1 for off, 2 to {MAX_WINDOW})")]
     Spec(u32),
+    /// A fault names a kernel the plan does not have.
+    #[error("fault: the plan has no kernel {0}")]
+    FaultKernel(String),
     /// A shape the kernels do not handle.
     #[error("tensor {tensor}: {what}")]
     Shape {
@@ -368,12 +415,26 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         ops.extend((1..=max_window).map(|window| Op::Gemv { quant: t.ty, rows, cols, window }));
     }
 
+    // Decode (window 1) fuses the projections that read the same input: Q, K and V in
+    // one product, gate and up in another, over their rows stacked in that order (the
+    // runtime uploads them that way), where a layer stores them in one type.
+    for layer in 0..model.layers {
+        for group in [&["attn_q", "attn_k", "attn_v"][..], &["ffn_gate", "ffn_up"][..]] {
+            let tensors: Option<Vec<_>> =
+                group.iter().map(|n| pack.tensor(&format!("blk.{layer}.{n}.weight"))).collect();
+            if let Some(fused) = tensors.as_deref().and_then(fused_gemv) {
+                ops.push(fused);
+            }
+        }
+    }
+
     let embd = pack.tensor("token_embd.weight").map(|t| t.ty).unwrap_or(GgmlType::F32);
     let style = if model.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
     let ffn = model.experts.map_or(model.ffn, |x| x.ffn);
     ops.extend([
         Op::Embed { quant: embd, cols: model.embd, vocab: model.vocab },
         Op::RmsNorm { n: model.embd, eps: model.rms_eps },
+        Op::AddRmsNorm { n: model.embd, eps: model.rms_eps },
         Op::Rope { style, head_dim: model.head_dim_k, rope_dims: model.rope_dims },
         Op::KvStore { width: model.kv_heads * model.head_dim_k },
         Op::Attention {
@@ -409,5 +470,37 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     }
     kernels.sort_by(|a, b| a.name.cmp(&b.name));
     kernels.dedup_by(|a, b| a.name == b.name);
+    if let Some(Fault::Wrong(name)) = &options.fault {
+        let k = kernels.iter_mut().find(|k| &k.name == name).ok_or_else(|| PlanError::FaultKernel(name.clone()))?;
+        // The widest grid dimension loses half its blocks.
+        let widest = (0..3).max_by_key(|&i| match &k.launch.grid[i] {
+            Dim::Fixed(n) => *n,
+            Dim::Runtime { .. } => u32::MAX,
+        });
+        if let Some(i) = widest {
+            k.launch.grid[i] = match &k.launch.grid[i] {
+                Dim::Fixed(n) => Dim::Fixed(n / 2),
+                Dim::Runtime { arg, per_block } => Dim::Runtime { arg: arg.clone(), per_block: per_block * 2 },
+            };
+        }
+    }
+    if let Some(Fault::Hang(name)) = &options.fault
+        && !kernels.iter().any(|k| &k.name == name)
+    {
+        return Err(PlanError::FaultKernel(name.clone()));
+    }
     Ok(Plan { target: target.name.clone(), options: options.clone(), kernels })
+}
+
+/// The window-1 GEMV over `tensors` stacked by rows, if they share type and row length
+/// (and the row length suits a GEMV).
+pub fn fused_gemv(tensors: &[&TensorInfo]) -> Option<Op> {
+    let first = tensors.first()?;
+    let (quant, cols) = (first.ty, *first.shape.first()?);
+    let same = tensors.iter().all(|t| t.ty == quant && t.shape.len() == 2 && t.shape[0] == cols);
+    let rows: u64 = tensors.iter().map(|t| t.shape[1]).sum();
+    if !same || cols % 32 != 0 || tensors.len() < 2 {
+        return None;
+    }
+    Some(Op::Gemv { quant, rows: u32::try_from(rows).ok()?, cols: u32::try_from(cols).ok()?, window: 1 })
 }

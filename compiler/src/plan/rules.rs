@@ -76,6 +76,21 @@ pub fn kernel(op: Op, target: &Target) -> KernelSpec {
                 vec![scalar("rows", MAX_ROWS)],
             )
         }
+        Op::AddRmsNorm { n, .. } => {
+            let threads = block_per_row(*n, 256);
+            (
+                launch([rows("rows"), Dim::Fixed(1), Dim::Fixed(1)], threads, threads / wave * 4),
+                Tuning::None {},
+                vec![
+                    buffer("a", Elem::F32, per("rows", *n), false),
+                    buffer("b", Elem::F32, per("rows", *n), false),
+                    buffer("w", Elem::F32, Extent::Fixed(u64::from(*n)), false),
+                    buffer("sum", Elem::F32, per("rows", *n), true),
+                    buffer("y", Elem::F32, per("rows", *n), true),
+                ],
+                vec![scalar("rows", MAX_ROWS)],
+            )
+        }
         Op::Rope { head_dim, rope_dims, .. } => {
             let threads = round_up(rope_dims / 2, wave).min(target.device.max_threads_per_block);
             (
@@ -84,13 +99,9 @@ pub fn kernel(op: Op, target: &Target) -> KernelSpec {
                 vec![
                     buffer("x", Elem::F32, per("rows", *head_dim), true),
                     buffer("cos_sin", Elem::F32, per("n_ctx", *rope_dims), false),
+                    buffer("pos", Elem::I32, Extent::Fixed(1), false),
                 ],
-                vec![
-                    scalar("rows", MAX_ROWS),
-                    scalar("heads", 1024),
-                    scalar("pos0", MAX_CONTEXT),
-                    scalar("n_ctx", MAX_CONTEXT),
-                ],
+                vec![scalar("rows", MAX_ROWS), scalar("heads", 1024), scalar("n_ctx", MAX_CONTEXT)],
             )
         }
         Op::SiluMul { n } | Op::Add { n, .. } => {
@@ -138,8 +149,9 @@ pub fn kernel(op: Op, target: &Target) -> KernelSpec {
                     buffer("v", Elem::F32, per("tokens", *width), false),
                     buffer("k_cache", Elem::F16, per("n_ctx", *width), true),
                     buffer("v_cache", Elem::F16, per("n_ctx", *width), true),
+                    buffer("pos", Elem::I32, Extent::Fixed(1), false),
                 ],
-                vec![scalar("tokens", MAX_TOKENS), scalar("pos0", MAX_CONTEXT), scalar("n_ctx", MAX_CONTEXT)],
+                vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
             )
         }
         Op::Attention { heads, kv_heads, head_dim, .. } => {
@@ -154,8 +166,9 @@ pub fn kernel(op: Op, target: &Target) -> KernelSpec {
                     buffer("k_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
                     buffer("v_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
                     buffer("out", Elem::F32, Extent::Fixed(u64::from(heads * head_dim)), true),
+                    buffer("pos", Elem::I32, Extent::Fixed(1), false),
                 ],
-                vec![scalar("n_kv", MAX_CONTEXT), scalar("n_ctx", MAX_CONTEXT)],
+                vec![scalar("t", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
             )
         }
         Op::Softmax { n } | Op::Argmax { n } => {

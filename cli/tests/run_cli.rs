@@ -1,0 +1,161 @@
+//! `strata-run` as users call it: real processes on real packs, on the CPU backend (CI
+//! has no GPU; the GPU paths are exercised by scripts/device-check.sh).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_strata-run")).args(args).output().expect("runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn synth(dir: &Path, preset: &str, name: &str) -> String {
+    let out = dir.join(name);
+    let out = out.to_str().expect("utf-8 path");
+    let o = Command::new(env!("CARGO_BIN_EXE_strata-compile"))
+        .args(["synth", "--preset", preset, "--type", "Q8_0,Q4_K", "--out", out, "--seed", "9"])
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    out.to_string()
+}
+
+fn default_model() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from)?;
+    let path = home.join(".cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let required = std::env::var("STRATA_REQUIRE").as_deref() == Ok("1");
+    assert!(path.exists() || !required, "{} is missing (scripts/fetch-model.sh)", path.display());
+    path.exists().then_some(path)
+}
+
+#[test]
+fn generate_on_the_cpu_streams_text_and_reports_speed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = synth(dir.path(), "tiny-llama", "llama.gguf");
+    let o = run(&[
+        "generate",
+        "--pack",
+        &pack,
+        "--backend",
+        "cpu",
+        "--prompt",
+        "hello",
+        "--max-tokens",
+        "8",
+        "--ignore-eos",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let e = text(&o.stderr);
+    assert!(e.contains("prefill 5 tokens at") && e.contains("decode 7 tokens at"), "{e}");
+    // Same seed and sampler settings give the same text; greedy is deterministic.
+    let again = run(&[
+        "generate",
+        "--pack",
+        &pack,
+        "--backend",
+        "cpu",
+        "--prompt",
+        "hello",
+        "--max-tokens",
+        "8",
+        "--ignore-eos",
+    ]);
+    assert_eq!(o.stdout, again.stdout);
+    let sampled = |seed: &str| {
+        let args = ["generate", "--pack", &pack, "--backend", "cpu", "--prompt", "hello", "--max-tokens", "8"];
+        run(&[&args[..], &["--ignore-eos", "--temperature", "1.5", "--top-k", "0", "--seed", seed]].concat()).stdout
+    };
+    assert_eq!(sampled("7"), sampled("7"));
+}
+
+#[test]
+fn bad_input_gets_one_clear_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let junk = dir.path().join("junk.gguf");
+    std::fs::write(&junk, b"GGUF\x03\0\0\0 not really").expect("write");
+    let o = run(&["generate", "--pack", junk.to_str().expect("utf-8"), "--backend", "cpu", "--prompt", "x"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).starts_with("strata-run: ") && text(&o.stderr).contains("junk.gguf"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let moe = synth(dir.path(), "tiny-qwen3moe", "moe.gguf");
+    let o = run(&["generate", "--pack", &moe, "--backend", "cpu", "--prompt", "x"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("mixture-of-experts models (qwen3moe) are not supported"), "{}", text(&o.stderr));
+
+    let llama = synth(dir.path(), "tiny-llama", "llama.gguf");
+    for (backend, want) in [("cuda", "no CUDA driver"), ("hip", "no HIP runtime")] {
+        let o = run(&["generate", "--pack", &llama, "--backend", backend, "--prompt", "x"]);
+        if o.status.success() {
+            continue; // this machine has that GPU
+        }
+        let e = text(&o.stderr);
+        assert!(e.contains(want) || e.contains("device"), "{e}");
+        assert_eq!(e.trim().lines().count(), 1, "{e}");
+    }
+    let o =
+        run(&["generate", "--pack", &llama, "--backend", "cpu", "--prompt", "x", "--ctx", "3", "--max-tokens", "9"]);
+    assert!(o.status.success(), "a full context ends generation: {}", text(&o.stderr));
+}
+
+#[test]
+fn score_prints_the_top_logits_of_every_position_as_json() {
+    let Some(model) = default_model() else { return };
+    let model = model.to_str().expect("utf-8");
+    let o = run(&[
+        "score",
+        "--pack",
+        model,
+        "--backend",
+        "cpu",
+        "--prompt",
+        "The capital of France is",
+        "--top-k",
+        "3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let positions = v["positions"].as_array().expect("positions");
+    let tokens: Vec<u64> = positions.iter().map(|p| p["token"].as_u64().expect("token")).collect();
+    assert_eq!(tokens, [504, 3575, 282, 4649, 314], "llama.cpp's ids for this prompt");
+    for p in positions {
+        let top = p["top_k"].as_array().expect("top_k");
+        assert_eq!(top.len(), 3);
+        let logits: Vec<f64> = top.iter().map(|x| x[1].as_f64().expect("logit")).collect();
+        assert!(logits.windows(2).all(|w| w[0] >= w[1]), "{logits:?}");
+    }
+    // " Paris" follows "The capital of France is".
+    assert_eq!(positions[4]["top_k"][0][0], 7042);
+
+    let o = run(&[
+        "generate",
+        "--pack",
+        model,
+        "--backend",
+        "cpu",
+        "--chat",
+        "--prompt",
+        "What is the capital of France?",
+        "--max-tokens",
+        "12",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("Paris"), "{}", text(&o.stdout));
+    assert!(!text(&o.stdout).contains("<|im_"), "special tokens are not printed");
+}
+
+#[test]
+fn selftest_needs_a_gpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = synth(dir.path(), "tiny-llama", "llama.gguf");
+    let o = run(&["selftest", "--pack", &pack, "--backend", "cpu"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("no GPU backend"), "{}", text(&o.stderr));
+}

@@ -1,0 +1,377 @@
+//! The CPU backend: the reference every GPU kernel is tested against, and a way to run
+//! the default model with no GPU.
+//!
+//! Each op is plain Rust with the meaning its plan record states (see `plan::Op`),
+//! written for clarity: weights are dequantized with the bit-exact ggml-compatible
+//! dequantizers, reductions accumulate in f64 where a kernel would accumulate in f32,
+//! and the large products use all cores.
+
+use std::time::Duration;
+
+use half::f16;
+use rayon::prelude::*;
+use strata_compiler::plan::{KernelSpec, Op, RopeStyle};
+
+use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, RunError, bind};
+
+/// Reference backend over host memory.
+#[derive(Default)]
+pub struct Cpu {
+    buffers: Vec<Vec<u8>>,
+    errors: Option<BufferId>,
+    capturing: Option<Vec<Recorded>>,
+    graphs: Vec<Vec<Recorded>>,
+}
+
+/// A recorded step of a capture.
+#[derive(Clone)]
+enum Recorded {
+    Launch(Box<KernelSpec>, Vec<Arg>),
+    Write(BufferId, usize, Vec<u8>),
+}
+
+impl Cpu {
+    /// A CPU backend with no buffers.
+    pub fn new() -> Cpu {
+        Cpu::default()
+    }
+
+    fn run(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError> {
+        let nb = spec.buffers.len();
+        let scalar = |name: &str| -> u32 {
+            let i = spec.scalars.iter().position(|s| s.name == name).unwrap_or(usize::MAX);
+            match args.get(nb + i) {
+                Some(Arg::U32(v)) => *v,
+                _ => 0,
+            }
+        };
+        // Outputs are computed into fresh vectors from borrowed inputs, then stored.
+        let input = |name: &str| -> &[u8] {
+            let i = spec.buffers.iter().position(|b| b.name == name).unwrap_or(usize::MAX);
+            match args.get(i) {
+                Some(Arg::Buf(id, offset)) => &self.buffers[id.0][*offset..],
+                _ => &[],
+            }
+        };
+        let target = |name: &str| -> Option<(BufferId, usize)> {
+            let i = spec.buffers.iter().position(|b| b.name == name)?;
+            match args.get(i) {
+                Some(Arg::Buf(id, offset)) => Some((*id, *offset)),
+                _ => None,
+            }
+        };
+        let mut outputs: Vec<(&str, Vec<u8>)> = Vec::new();
+        match &spec.op {
+            Op::Gemv { quant, rows, cols, window } => {
+                let (rows, cols, window) = (*rows as usize, *cols as usize, *window as usize);
+                let x = floats(input("x"), window * cols);
+                let w = input("w");
+                let row_bytes = quant.row_bytes(cols as u64).unwrap_or(0) as usize;
+                let mut y = vec![0f32; window * rows];
+                let results: Vec<Vec<f32>> = (0..rows)
+                    .into_par_iter()
+                    .map(|r| {
+                        let mut wr = vec![0f32; cols];
+                        // Rows were sized by `bind`; a dequantization error cannot occur.
+                        let _ = quant.dequantize(&w[r * row_bytes..(r + 1) * row_bytes], &mut wr);
+                        (0..window).map(|t| dot(&wr, &x[t * cols..(t + 1) * cols])).collect()
+                    })
+                    .collect();
+                for (r, column) in results.iter().enumerate() {
+                    for t in 0..window {
+                        y[t * rows + r] = column[t];
+                    }
+                }
+                outputs.push(("y", f32_bytes(&y)));
+            }
+            Op::RmsNorm { n, eps } => {
+                let (n, rows) = (*n as usize, scalar("rows") as usize);
+                outputs
+                    .push(("y", f32_bytes(&rmsnorm(&floats(input("x"), rows * n), &floats(input("w"), n), n, *eps))));
+            }
+            Op::AddRmsNorm { n, eps } => {
+                let (n, rows) = (*n as usize, scalar("rows") as usize);
+                let (a, b) = (floats(input("a"), rows * n), floats(input("b"), rows * n));
+                let sum: Vec<f32> = a.iter().zip(&b).map(|(a, b)| a + b).collect();
+                outputs.push(("y", f32_bytes(&rmsnorm(&sum, &floats(input("w"), n), n, *eps))));
+                outputs.push(("sum", f32_bytes(&sum)));
+            }
+            Op::Rope { style, head_dim, rope_dims } => {
+                let (hd, rd) = (*head_dim as usize, *rope_dims as usize);
+                let (rows, heads, n_ctx) =
+                    (scalar("rows") as usize, scalar("heads").max(1) as usize, scalar("n_ctx") as usize);
+                let pos0 = ints(input("pos"), 1)[0] as usize;
+                let table = floats(input("cos_sin"), n_ctx * rd);
+                let mut x = floats(input("x"), rows * hd);
+                for r in 0..rows {
+                    let pos = pos0 + r / heads;
+                    if pos >= n_ctx {
+                        continue;
+                    }
+                    let h = &mut x[r * hd..(r + 1) * hd];
+                    for i in 0..rd / 2 {
+                        let (c, s) = (table[pos * rd + 2 * i], table[pos * rd + 2 * i + 1]);
+                        let (a, b) = match style {
+                            RopeStyle::Normal => (2 * i, 2 * i + 1),
+                            RopeStyle::Neox => (i, i + rd / 2),
+                        };
+                        let (x0, x1) = (h[a], h[b]);
+                        h[a] = x0 * c - x1 * s;
+                        h[b] = x0 * s + x1 * c;
+                    }
+                }
+                outputs.push(("x", f32_bytes(&x)));
+            }
+            Op::SiluMul { n } => {
+                let len = *n as usize * scalar("tokens") as usize;
+                let (g, u) = (floats(input("gate"), len), floats(input("up"), len));
+                let y: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
+                outputs.push(("y", f32_bytes(&y)));
+            }
+            Op::Add { n, broadcast } => {
+                let (n, tokens) = (*n as usize, scalar("tokens") as usize);
+                let a = floats(input("a"), n * tokens);
+                let b = floats(input("b"), if *broadcast { n } else { n * tokens });
+                let y: Vec<f32> = (0..n * tokens).map(|i| a[i] + b[if *broadcast { i % n } else { i }]).collect();
+                outputs.push(("y", f32_bytes(&y)));
+            }
+            Op::Embed { quant, cols, vocab } => {
+                let (cols, tokens) = (*cols as usize, scalar("tokens") as usize);
+                let row_bytes = quant.row_bytes(cols as u64).unwrap_or(0) as usize;
+                let ids = ints(input("ids"), tokens);
+                let table = input("table");
+                let (yid, yoff) = target("y").ok_or_else(|| RunError::Other("embed: no y".into()))?;
+                let mut y = floats(&self.buffers[yid.0][yoff..], tokens * cols);
+                for (t, &id) in ids.iter().enumerate() {
+                    let id = id as u32;
+                    if id < *vocab {
+                        let row = &table[id as usize * row_bytes..(id as usize + 1) * row_bytes];
+                        let _ = quant.dequantize(row, &mut y[t * cols..(t + 1) * cols]);
+                    }
+                }
+                outputs.push(("y", f32_bytes(&y)));
+            }
+            Op::KvStore { width } => {
+                let (width, tokens, n_ctx) = (*width as usize, scalar("tokens") as usize, scalar("n_ctx") as usize);
+                let pos0 = ints(input("pos"), 1)[0] as usize;
+                let (k, v) = (floats(input("k"), tokens * width), floats(input("v"), tokens * width));
+                for (name, src) in [("k_cache", k), ("v_cache", v)] {
+                    let (id, offset) = target(name).ok_or_else(|| RunError::Other(format!("kv_store: no {name}")))?;
+                    let cache = &mut self.buffers[id.0][offset..];
+                    for t in 0..tokens.min(n_ctx.saturating_sub(pos0)) {
+                        for i in 0..width {
+                            let at = 2 * ((pos0 + t) * width + i);
+                            cache[at..at + 2].copy_from_slice(&f16::from_f32(src[t * width + i]).to_le_bytes());
+                        }
+                    }
+                }
+            }
+            Op::Attention { heads, kv_heads, head_dim, scale } => {
+                let (heads, kv_heads, hd) = (*heads as usize, *kv_heads as usize, *head_dim as usize);
+                let n_ctx = scalar("n_ctx") as usize;
+                let n_kv = (ints(input("pos"), 1)[0] as usize + scalar("t") as usize + 1).min(n_ctx);
+                let width = kv_heads * hd;
+                let q = floats(input("q"), heads * hd);
+                let (kc, vc) = (halves(input("k_cache"), n_kv * width), halves(input("v_cache"), n_kv * width));
+                let mut out = vec![0f32; heads * hd];
+                for h in 0..heads {
+                    let kvh = h / (heads / kv_heads);
+                    let scores: Vec<f64> = (0..n_kv)
+                        .map(|p| {
+                            let k = &kc[p * width + kvh * hd..][..hd];
+                            (0..hd).map(|d| f64::from(q[h * hd + d] * scale) * f64::from(k[d])).sum()
+                        })
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let total: f64 = weights.iter().sum();
+                    for d in 0..hd {
+                        let v: f64 = (0..n_kv).map(|p| weights[p] * f64::from(vc[p * width + kvh * hd + d])).sum();
+                        out[h * hd + d] = if total > 0.0 { (v / total) as f32 } else { 0.0 };
+                    }
+                }
+                outputs.push(("out", f32_bytes(&out)));
+            }
+            Op::Softmax { n } => {
+                let (n, rows) = (*n as usize, scalar("rows") as usize);
+                let mut x = floats(input("x"), rows * n);
+                for row in x.chunks_exact_mut(n) {
+                    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let total: f64 = row.iter().map(|&v| f64::from(v - max).exp()).sum();
+                    for v in row.iter_mut() {
+                        *v = (f64::from(*v - max).exp() / total) as f32;
+                    }
+                }
+                outputs.push(("x", f32_bytes(&x)));
+            }
+            Op::Argmax { n } => {
+                let (n, rows) = (*n as usize, scalar("rows") as usize);
+                let x = floats(input("x"), rows * n);
+                let out: Vec<i32> = x.chunks_exact(n).map(|row| argmax(row) as i32).collect();
+                outputs.push(("out", out.iter().flat_map(|v| v.to_le_bytes()).collect()));
+            }
+        }
+        for (name, bytes) in outputs {
+            let (id, offset) = target(name).ok_or_else(|| RunError::Other(format!("{}: no {name}", spec.name)))?;
+            self.buffers[id.0][offset..offset + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(())
+    }
+}
+
+/// `x · w / sqrt(mean(x²) + eps)` for each row of `n` (the mean in f64).
+fn rmsnorm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
+    let mut y = vec![0f32; x.len()];
+    for (row, out) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
+        let mean = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / n as f64;
+        let scale = (1.0 / (mean + f64::from(eps)).sqrt()) as f32;
+        for i in 0..n {
+            out[i] = row[i] * scale * w[i];
+        }
+    }
+    y
+}
+
+/// Index of the largest value (the first on ties).
+pub fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// f32 dot product with eight partial sums (vectorizes; the order is fixed).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ca, ra) = a.as_chunks::<8>();
+    let (cb, rb) = b.as_chunks::<8>();
+    for (x, y) in ca.iter().zip(cb) {
+        for l in 0..8 {
+            lanes[l] = x[l].mul_add(y[l], lanes[l]);
+        }
+    }
+    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
+fn floats(bytes: &[u8], n: usize) -> Vec<f32> {
+    bytes.chunks_exact(4).take(n).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn ints(bytes: &[u8], n: usize) -> Vec<i32> {
+    bytes.chunks_exact(4).take(n).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn halves(bytes: &[u8], n: usize) -> Vec<f32> {
+    bytes.chunks_exact(2).take(n).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl Backend for Cpu {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            backend: "cpu",
+            name: format!("host CPU ({} threads)", rayon::current_num_threads()),
+            arch: "cpu".into(),
+            driver: String::new(),
+            memory: 0,
+        }
+    }
+
+    fn load(&mut self, _module: &[u8], _kernels: &[KernelSpec]) -> Result<(), RunError> {
+        Ok(())
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<BufferId, RunError> {
+        self.buffers.push(vec![0; bytes]);
+        Ok(BufferId(self.buffers.len() - 1))
+    }
+
+    fn size(&self, buf: BufferId) -> usize {
+        self.buffers[buf.0].len()
+    }
+
+    fn write(&mut self, buf: BufferId, offset: usize, data: &[u8]) -> Result<(), RunError> {
+        if offset + data.len() > self.size(buf) {
+            return Err(RunError::Other(format!(
+                "write of {} bytes at {offset} past a {}-byte buffer",
+                data.len(),
+                self.size(buf)
+            )));
+        }
+        match &mut self.capturing {
+            Some(steps) => steps.push(Recorded::Write(buf, offset, data.to_vec())),
+            None => self.buffers[buf.0][offset..offset + data.len()].copy_from_slice(data),
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, buf: BufferId, offset: usize, out: &mut [u8]) -> Result<(), RunError> {
+        let src = self.buffers[buf.0].get(offset..offset + out.len()).ok_or_else(|| {
+            RunError::Other(format!("read of {} bytes at {offset} past a {}-byte buffer", out.len(), self.size(buf)))
+        })?;
+        out.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn launch(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError> {
+        let named: Vec<(&str, Arg)> = spec
+            .buffers
+            .iter()
+            .map(|b| b.name.as_str())
+            .chain(spec.scalars.iter().map(|s| s.name.as_str()))
+            .zip(args.iter().copied())
+            .collect();
+        bind(spec, &named, |id| self.size(id))?;
+        match &mut self.capturing {
+            Some(steps) => steps.push(Recorded::Launch(Box::new(spec.clone()), args.to_vec())),
+            None => self.run(spec, args)?,
+        }
+        Ok(())
+    }
+
+    fn sync_within(&mut self, _deadline: Duration) -> Result<bool, RunError> {
+        Ok(true)
+    }
+
+    fn error_buffer(&mut self) -> Result<BufferId, RunError> {
+        match self.errors {
+            Some(b) => Ok(b),
+            None => {
+                let b = self.alloc(32)?;
+                self.errors = Some(b);
+                Ok(b)
+            }
+        }
+    }
+
+    fn begin_capture(&mut self) -> Result<(), RunError> {
+        self.capturing = Some(Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&mut self) -> Result<GraphId, RunError> {
+        let steps = self.capturing.take().ok_or_else(|| RunError::Other("no capture in progress".into()))?;
+        self.graphs.push(steps);
+        Ok(GraphId(self.graphs.len() - 1))
+    }
+
+    fn replay(&mut self, graph: GraphId) -> Result<(), RunError> {
+        let steps = self.graphs.get(graph.0).cloned().ok_or_else(|| RunError::Other("no such graph".into()))?;
+        for step in steps {
+            match step {
+                Recorded::Launch(spec, args) => self.run(&spec, &args)?,
+                Recorded::Write(buf, offset, data) => {
+                    self.buffers[buf.0][offset..offset + data.len()].copy_from_slice(&data)
+                }
+            }
+        }
+        Ok(())
+    }
+}

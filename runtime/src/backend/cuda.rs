@@ -1,0 +1,273 @@
+//! The CUDA backend: PTX modules through the CUDA driver (cudarc, loaded at run time).
+//!
+//! No CUDA is needed to build. At start the driver library is probed first: cudarc's
+//! dynamic loader panics when it is absent, so [`Cuda::new`] refuses with one clear line
+//! instead.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+use strata_compiler::plan::KernelSpec;
+
+use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, RunError, grid};
+
+/// Whether a CUDA driver library can be loaded on this machine.
+pub fn driver_present() -> bool {
+    ["libcuda.so.1", "libcuda.so"].iter().any(|name| {
+        // SAFETY: loading the CUDA driver runs only its initializers, which are safe to
+        // run in any process; the handle is dropped immediately.
+        unsafe { libloading::Library::new(*name) }.is_ok()
+    })
+}
+
+/// A CUDA device with its loaded kernels.
+pub struct Cuda {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    buffers: Vec<CudaSlice<u8>>,
+    functions: HashMap<String, CudaFunction>,
+    /// Kernel names in manifest order (the ids `--checked` kernels record).
+    names: Vec<String>,
+    specs: HashMap<String, KernelSpec>,
+    graphs: Vec<CudaGraph>,
+    errors: Option<BufferId>,
+    /// The last kernel queued, to name in a hang report.
+    last_kernel: String,
+    /// A kernel did not finish: freeing device memory would wait for it forever.
+    hung: bool,
+}
+
+impl Drop for Cuda {
+    fn drop(&mut self) {
+        if self.hung {
+            // Leak everything: cuMemFree, cuModuleUnload and context release all wait for
+            // the running kernel, so the process could not report the hang and exit.
+            std::mem::forget(std::mem::take(&mut self.buffers));
+            std::mem::forget(std::mem::take(&mut self.graphs));
+            std::mem::forget(std::mem::take(&mut self.functions));
+            std::mem::forget(Arc::clone(&self.stream));
+            std::mem::forget(Arc::clone(&self.ctx));
+        }
+    }
+}
+
+fn driver(call: &str) -> impl Fn(cudarc::driver::DriverError) -> RunError + '_ {
+    move |e| RunError::Driver { call: call.into(), message: e.to_string() }
+}
+
+impl Cuda {
+    /// Opens CUDA device `ordinal`.
+    pub fn new(ordinal: usize) -> Result<Cuda, RunError> {
+        if !driver_present() {
+            return Err(RunError::NoDevice("CUDA backend: no CUDA driver (libcuda.so.1) on this machine".into()));
+        }
+        let count = CudaContext::device_count().map_err(driver("cuDeviceGetCount"))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(RunError::NoDevice(format!("CUDA backend: device {ordinal} asked for, {count} present")));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(driver("cuCtxCreate"))?;
+        // SAFETY: strata uses one stream, so cudarc's cross-stream event tracking is not
+        // needed; without it, slices record no events (which would also enter graphs).
+        unsafe { ctx.disable_event_tracking() };
+        // A stream of its own: the legacy default stream cannot be captured into graphs.
+        let stream = ctx.new_stream().map_err(driver("cuStreamCreate"))?;
+        Ok(Cuda {
+            ctx,
+            stream,
+            buffers: Vec::new(),
+            functions: HashMap::new(),
+            names: Vec::new(),
+            specs: HashMap::new(),
+            graphs: Vec::new(),
+            errors: None,
+            last_kernel: String::new(),
+            hung: false,
+        })
+    }
+
+    fn pointer(&self, id: BufferId, offset: usize) -> u64 {
+        let (ptr, _sync) = self.buffers[id.0].device_ptr(&self.stream);
+        ptr + offset as u64
+    }
+
+    /// Reads the `--checked` error record, if any kernel wrote one, and clears it.
+    fn check_errors(&mut self) -> Result<(), RunError> {
+        let Some(errors) = self.errors else { return Ok(()) };
+        let mut raw = [0u8; 32];
+        self.stream.memcpy_dtoh(&self.buffers[errors.0].slice(0..32), &mut raw).map_err(driver("cuMemcpyDtoH"))?;
+        let e: Vec<u32> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        if e[0] == 0 {
+            return Ok(());
+        }
+        self.stream.memcpy_htod(&[0u8; 32], &mut self.buffers[errors.0]).map_err(driver("cuMemcpyHtoD"))?;
+        let kernel = self.names.get(e[1] as usize).cloned().unwrap_or_else(|| format!("#{}", e[1]));
+        let buffer = self
+            .specs
+            .get(&kernel)
+            .and_then(|s| s.buffers.get(e[2] as usize))
+            .map_or_else(|| format!("#{}", e[2]), |b| b.name.clone());
+        Err(RunError::Bounds {
+            kernel,
+            buffer,
+            index: u64::from(e[3]) | (u64::from(e[4]) << 32),
+            block: (e[5], e[6]),
+            thread: e[7],
+            count: e[0],
+        })
+    }
+}
+
+impl Backend for Cuda {
+    fn info(&self) -> DeviceInfo {
+        let (major, minor) = self.ctx.compute_capability().unwrap_or((0, 0));
+        let mut version = 0i32;
+        // SAFETY: cuDriverGetVersion writes one int to the pointer it is given.
+        unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) };
+        DeviceInfo {
+            backend: "cuda",
+            name: self.ctx.name().unwrap_or_default(),
+            arch: format!("sm_{major}{minor}"),
+            driver: format!("CUDA driver {}.{}", version / 1000, version % 1000 / 10),
+            memory: self.ctx.total_mem().unwrap_or(0) as u64,
+        }
+    }
+
+    fn load(&mut self, module: &[u8], kernels: &[KernelSpec]) -> Result<(), RunError> {
+        let text = String::from_utf8_lossy(module).into_owned();
+        let module = self.ctx.load_module(Ptx::from_src(text)).map_err(driver("cuModuleLoadData"))?;
+        for spec in kernels {
+            let f = module.load_function(&spec.name).map_err(driver(&format!("cuModuleGetFunction({})", spec.name)))?;
+            self.functions.insert(spec.name.clone(), f);
+            self.names.push(spec.name.clone());
+            self.specs.insert(spec.name.clone(), spec.clone());
+        }
+        Ok(())
+    }
+
+    fn alloc(&mut self, bytes: usize) -> Result<BufferId, RunError> {
+        let slice =
+            self.stream.alloc_zeros::<u8>(bytes.max(1)).map_err(driver(&format!("cuMemAlloc({bytes} bytes)")))?;
+        self.buffers.push(slice);
+        Ok(BufferId(self.buffers.len() - 1))
+    }
+
+    fn size(&self, buf: BufferId) -> usize {
+        self.buffers[buf.0].len()
+    }
+
+    fn write(&mut self, buf: BufferId, offset: usize, data: &[u8]) -> Result<(), RunError> {
+        let end = offset + data.len();
+        if end > self.size(buf) {
+            return Err(RunError::Other(format!(
+                "write of {} bytes at {offset} past a {}-byte buffer",
+                data.len(),
+                self.size(buf)
+            )));
+        }
+        let mut view = self.buffers[buf.0].slice_mut(offset..end);
+        self.stream.memcpy_htod(data, &mut view).map_err(driver("cuMemcpyHtoDAsync"))
+    }
+
+    fn read(&mut self, buf: BufferId, offset: usize, out: &mut [u8]) -> Result<(), RunError> {
+        let end = offset + out.len();
+        if end > self.size(buf) {
+            return Err(RunError::Other(format!(
+                "read of {} bytes at {offset} past a {}-byte buffer",
+                out.len(),
+                self.size(buf)
+            )));
+        }
+        self.stream.memcpy_dtoh(&self.buffers[buf.0].slice(offset..end), out).map_err(driver("cuMemcpyDtoH"))?;
+        self.check_errors()
+    }
+
+    fn launch(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError> {
+        let f = self.functions.get(&spec.name).ok_or_else(|| RunError::Launch {
+            kernel: spec.name.clone(),
+            message: "not in the loaded module".into(),
+        })?;
+        let [x, y, z] = grid(spec, args);
+        if x == 0 || y == 0 || z == 0 {
+            return Ok(()); // nothing to do (zero rows or tokens)
+        }
+        let mut pointers: Vec<u64> = Vec::new();
+        let mut scalars: Vec<u32> = Vec::new();
+        for a in args {
+            match *a {
+                Arg::Buf(id, offset) => pointers.push(self.pointer(id, offset)),
+                Arg::U32(v) => scalars.push(v),
+            }
+        }
+        let cfg = LaunchConfig { grid_dim: (x, y, z), block_dim: (spec.launch.threads, 1, 1), shared_mem_bytes: 0 };
+        let mut builder = self.stream.launch_builder(f);
+        for p in &pointers {
+            builder.arg(p);
+        }
+        for s in &scalars {
+            builder.arg(s);
+        }
+        // SAFETY: the argument list follows the kernel's signature from its plan record
+        // (pointers to live buffers sized by `bind`, then u32 scalars), and the launch
+        // geometry is the record's, which the static checks proved within the target.
+        unsafe { builder.launch(cfg) }
+            .map_err(|e| RunError::Launch { kernel: spec.name.clone(), message: e.to_string() })?;
+        self.last_kernel = spec.name.clone();
+        Ok(())
+    }
+
+    fn sync_within(&mut self, deadline: Duration) -> Result<bool, RunError> {
+        let event = self.stream.record_event(None).map_err(driver("cuEventRecord"))?;
+        let start = Instant::now();
+        while !event.is_complete() {
+            if start.elapsed() >= deadline {
+                self.hung = true;
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        event.synchronize().map_err(|e| RunError::Launch {
+            kernel: self.last_kernel.clone(),
+            message: format!("failed on the device: {e}"),
+        })?;
+        self.check_errors()?;
+        Ok(true)
+    }
+
+    fn error_buffer(&mut self) -> Result<BufferId, RunError> {
+        match self.errors {
+            Some(b) => Ok(b),
+            None => {
+                let b = self.alloc(32)?;
+                self.errors = Some(b);
+                Ok(b)
+            }
+        }
+    }
+
+    fn begin_capture(&mut self) -> Result<(), RunError> {
+        self.stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(driver("cuStreamBeginCapture"))
+    }
+
+    fn end_capture(&mut self) -> Result<GraphId, RunError> {
+        let graph = self
+            .stream
+            .end_capture(CUgraphInstantiate_flags(0))
+            .map_err(driver("cuStreamEndCapture"))?
+            .ok_or_else(|| RunError::Other("captured an empty graph".into()))?;
+        graph.upload().map_err(driver("cuGraphUpload"))?;
+        self.graphs.push(graph);
+        Ok(GraphId(self.graphs.len() - 1))
+    }
+
+    fn replay(&mut self, graph: GraphId) -> Result<(), RunError> {
+        self.graphs[graph.0].launch().map_err(driver("cuGraphLaunch"))
+    }
+}

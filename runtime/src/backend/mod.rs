@@ -1,0 +1,224 @@
+//! Device backends behind one small trait: memory, kernel launches by plan record,
+//! synchronization with a deadline, and capture/replay of launch sequences.
+//!
+//! Every backend runs the same [`KernelSpec`] records: the GPU backends launch the
+//! compiled kernel of that name with the record's launch rule; the CPU backend runs the
+//! reference implementation of the record's op. So one model step, one self-test and one
+//! test body run on every backend.
+
+pub mod cpu;
+pub mod cuda;
+pub mod hip;
+
+use std::time::Duration;
+
+use strata_compiler::plan::{Buffer, Dim, ERROR_BUFFER, Extent, KernelSpec};
+
+/// A buffer on a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufferId(pub(crate) usize);
+
+/// A captured launch sequence on a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphId(pub(crate) usize);
+
+/// One kernel argument.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    /// A buffer, from a byte offset on.
+    Buf(BufferId, usize),
+    /// A u32 scalar.
+    U32(u32),
+}
+
+/// What a backend runs on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceInfo {
+    /// Backend name: `cpu`, `cuda` or `hip`.
+    pub backend: &'static str,
+    /// The device's name.
+    pub name: String,
+    /// Architecture (`sm_90`, `gfx1100`, `cpu`).
+    pub arch: String,
+    /// Driver version, for the self-test cache key.
+    pub driver: String,
+    /// Device memory in bytes (0 when not applicable).
+    pub memory: u64,
+}
+
+/// Why the runtime cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No usable device or runtime library.
+    #[error("{0}")]
+    NoDevice(String),
+    /// A driver call failed.
+    #[error("{call}: {message}")]
+    Driver {
+        /// The call.
+        call: String,
+        /// The driver's message.
+        message: String,
+    },
+    /// A launch was refused before it reached the device.
+    #[error("kernel {kernel}: {message}")]
+    Launch {
+        /// The kernel.
+        kernel: String,
+        /// Why.
+        message: String,
+    },
+    /// A kernel did not finish in time.
+    #[error(
+        "kernel {kernel} did not finish within {seconds:.0} s: treating it as a hang (the device may need a reset)"
+    )]
+    Hang {
+        /// The kernel.
+        kernel: String,
+        /// The deadline.
+        seconds: f64,
+    },
+    /// A `--checked` kernel recorded an out-of-bounds access.
+    #[error(
+        "kernel {kernel}: out-of-bounds access to buffer {buffer} at index {index} (block {block:?}, thread {thread}); {count} violation(s)"
+    )]
+    Bounds {
+        /// The kernel.
+        kernel: String,
+        /// The buffer's name.
+        buffer: String,
+        /// The element index.
+        index: u64,
+        /// Block (x, y).
+        block: (u32, u32),
+        /// Thread.
+        thread: u32,
+        /// Violations recorded.
+        count: u32,
+    },
+    /// Anything else, with context.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A device: memory, launches, synchronization, capture and replay.
+pub trait Backend {
+    /// What this backend runs on.
+    fn info(&self) -> DeviceInfo;
+
+    /// Makes the kernels of `module` (a PTX text or code object; ignored by the CPU
+    /// backend) launchable by name.
+    fn load(&mut self, module: &[u8], kernels: &[KernelSpec]) -> Result<(), RunError>;
+
+    /// A zero-filled buffer of `bytes`.
+    fn alloc(&mut self, bytes: usize) -> Result<BufferId, RunError>;
+
+    /// Size of a buffer in bytes.
+    fn size(&self, buf: BufferId) -> usize;
+
+    /// Copies `data` into the buffer at `offset` (ordered with launches).
+    fn write(&mut self, buf: BufferId, offset: usize, data: &[u8]) -> Result<(), RunError>;
+
+    /// Copies from the buffer at `offset` into `out`, after all queued work.
+    fn read(&mut self, buf: BufferId, offset: usize, out: &mut [u8]) -> Result<(), RunError>;
+
+    /// Queues the kernel of `spec` with arguments in signature order (see [`bind`]).
+    fn launch(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError>;
+
+    /// Waits for queued work; `Ok(false)` if it has not finished by `deadline`.
+    fn sync_within(&mut self, deadline: Duration) -> Result<bool, RunError>;
+
+    /// Starts recording launches and writes instead of running them.
+    fn begin_capture(&mut self) -> Result<(), RunError>;
+
+    /// Ends a recording and returns it as a replayable graph.
+    fn end_capture(&mut self) -> Result<GraphId, RunError>;
+
+    /// Queues a recorded graph.
+    fn replay(&mut self, graph: GraphId) -> Result<(), RunError>;
+
+    /// The buffer `--checked` kernels record violations in (allocated on first use).
+    fn error_buffer(&mut self) -> Result<BufferId, RunError>;
+
+    /// Waits for queued work without a deadline.
+    fn sync(&mut self) -> Result<(), RunError> {
+        self.sync_within(Duration::MAX).map(|_| ())
+    }
+
+    /// Binds named arguments (see [`bind`]; the error buffer of `--checked` kernels is
+    /// supplied here) and queues the kernel.
+    fn call(&mut self, spec: &KernelSpec, named: &[(&str, Arg)]) -> Result<(), RunError> {
+        let mut named = named.to_vec();
+        if spec.buffers.iter().any(|b| b.name == ERROR_BUFFER) && !named.iter().any(|(n, _)| *n == ERROR_BUFFER) {
+            named.push((ERROR_BUFFER, Arg::Buf(self.error_buffer()?, 0)));
+        }
+        let args = bind(spec, &named, |id| self.size(id))?;
+        self.launch(spec, &args)
+    }
+}
+
+/// Orders named arguments as `spec`'s signature wants them (buffers, then scalars) and
+/// checks them on the host: every argument present, scalars within the plan's maximum,
+/// every buffer large enough for the extent its kernel may touch. This is where a launch
+/// that would run out of bounds is refused, naming kernel, argument and sizes.
+pub fn bind(
+    spec: &KernelSpec,
+    named: &[(&str, Arg)],
+    size_of: impl Fn(BufferId) -> usize,
+) -> Result<Vec<Arg>, RunError> {
+    let refuse = |message: String| RunError::Launch { kernel: spec.name.clone(), message };
+    let get = |name: &str| named.iter().find(|(n, _)| *n == name).map(|(_, a)| *a);
+    let scalar = |name: &str| -> Result<u32, RunError> {
+        match get(name) {
+            Some(Arg::U32(v)) => Ok(v),
+            _ => Err(refuse(format!("scalar argument {name} is missing"))),
+        }
+    };
+    let mut out = Vec::with_capacity(spec.buffers.len() + spec.scalars.len());
+    for b in &spec.buffers {
+        let Some(arg @ Arg::Buf(id, offset)) = get(&b.name) else {
+            return Err(refuse(format!("buffer argument {} is missing", b.name)));
+        };
+        let needed = extent_bytes(b, &scalar)?;
+        let have = size_of(id).saturating_sub(offset) as u64;
+        if needed > have {
+            return Err(refuse(format!(
+                "buffer {} needs {needed} bytes from offset {offset}, but only {have} are there",
+                b.name
+            )));
+        }
+        out.push(arg);
+    }
+    for s in &spec.scalars {
+        let v = scalar(&s.name)?;
+        if v > s.max {
+            return Err(refuse(format!("{} = {v} is above the {} this kernel was built for", s.name, s.max)));
+        }
+        out.push(Arg::U32(v));
+    }
+    Ok(out)
+}
+
+/// Bytes of a buffer argument given the runtime scalars.
+fn extent_bytes(b: &Buffer, scalar: &impl Fn(&str) -> Result<u32, RunError>) -> Result<u64, RunError> {
+    let elems = match &b.extent {
+        Extent::Fixed(n) => *n,
+        Extent::PerArg { arg, per_row } => u64::from(scalar(arg)?) * per_row,
+    };
+    Ok(elems * b.elem.bytes())
+}
+
+/// The launch grid of `spec` for bound arguments `args` (as [`bind`] returns them).
+pub fn grid(spec: &KernelSpec, args: &[Arg]) -> [u32; 3] {
+    let scalar = |name: &str| {
+        let i = spec.scalars.iter().position(|s| s.name == name)?;
+        match args.get(spec.buffers.len() + i) {
+            Some(Arg::U32(v)) => Some(*v),
+            _ => None,
+        }
+    };
+    spec.launch.grid.clone().map(|d| match d {
+        Dim::Fixed(n) => n,
+        Dim::Runtime { arg, per_block } => scalar(&arg).unwrap_or(0).div_ceil(per_block.max(1)),
+    })
+}

@@ -1,0 +1,179 @@
+//! Running a session: prefill in chunks, then decode token by token (greedy through
+//! the captured decode step, sampled otherwise); scoring every position of a prompt;
+//! perplexity over a text.
+
+use std::time::{Duration, Instant};
+
+use crate::backend::RunError;
+use crate::model::Logits;
+use crate::sampler::{self, Sampler};
+use crate::session::Session;
+use crate::tokenizer::Tokenizer;
+
+/// Timing of one generation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    /// Prompt tokens read.
+    pub prompt_tokens: usize,
+    /// Time to read the prompt (until the first generated token is known).
+    pub prefill: Duration,
+    /// Tokens generated after the first.
+    pub decoded: usize,
+    /// Time for those.
+    pub decode: Duration,
+}
+
+impl Stats {
+    /// Prompt tokens per second.
+    pub fn prefill_rate(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prefill.as_secs_f64().max(1e-9)
+    }
+
+    /// Generated tokens per second (after the first).
+    pub fn decode_rate(&self) -> f64 {
+        self.decoded as f64 / self.decode.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Reads `tokens` into the KV cache in chunks of the model's window, leaving the last
+/// token's logits.
+pub fn prefill(s: &mut Session, tokens: &[u32]) -> Result<(), RunError> {
+    let window = s.model.window() as usize;
+    let chunks: Vec<&[u32]> = tokens.chunks(window).collect();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let last = i + 1 == chunks.len();
+        s.model.forward(chunk, if last { Logits::Last } else { Logits::None })?;
+    }
+    Ok(())
+}
+
+/// Generates up to `max_tokens` after `prompt` (a new sequence). `on_token` sees each
+/// token (with the tokenizer, to decode it) as it comes and returns false to stop; generation also stops at an
+/// end-of-generation token (which is not passed on) unless `ignore_eos`.
+pub fn generate(
+    s: &mut Session,
+    prompt: &[u32],
+    max_tokens: usize,
+    ignore_eos: bool,
+    sampler: &mut Sampler,
+    on_token: &mut dyn FnMut(&Tokenizer, u32) -> bool,
+) -> Result<Stats, RunError> {
+    if prompt.is_empty() {
+        return Err(RunError::Other("the prompt has no tokens".into()));
+    }
+    let room = (s.model.n_ctx() as usize).saturating_sub(prompt.len());
+    let max_tokens = max_tokens.min(room);
+    s.model.reset();
+    let mut stats = Stats { prompt_tokens: prompt.len(), ..Stats::default() };
+    let start = Instant::now();
+    prefill(s, prompt)?;
+    let greedy = sampler.is_greedy();
+    let mut history = prompt.to_vec();
+    let mut next = if greedy { s.model.argmax(1)?[0] } else { sampler.sample(&s.model.logits(1)?, &history) };
+    stats.prefill = start.elapsed();
+    let start = Instant::now();
+    for produced in 0..max_tokens {
+        if (!ignore_eos && s.tokenizer.is_eog(next)) || !on_token(&s.tokenizer, next) || produced + 1 == max_tokens {
+            break;
+        }
+        history.push(next);
+        next = if greedy {
+            s.model.decode_greedy(next)?
+        } else {
+            s.model.forward(&[next], Logits::Last)?;
+            sampler.sample(&s.model.logits(1)?, &history)
+        };
+        stats.decoded += 1;
+    }
+    stats.decode = start.elapsed();
+    Ok(stats)
+}
+
+/// One scored position: its token and the highest (id, logit) pairs there.
+pub type Scored = (u32, Vec<(u32, f32)>);
+
+/// For every position of `tokens`, the token and the `k` highest (id, logit) pairs of
+/// the logits computed there (which predict the next token), highest first.
+pub fn score(s: &mut Session, tokens: &[u32], k: usize) -> Result<Vec<Scored>, RunError> {
+    if tokens.len() > s.model.n_ctx() as usize {
+        return Err(RunError::Other(format!("{} tokens do not fit --ctx {}", tokens.len(), s.model.n_ctx())));
+    }
+    s.model.reset();
+    let mut out = Vec::with_capacity(tokens.len());
+    for chunk in tokens.chunks(s.model.window() as usize) {
+        s.model.forward(chunk, Logits::All)?;
+        let logits = s.model.logits(chunk.len() as u32)?;
+        let vocab = s.model.desc.vocab as usize;
+        for (i, &tok) in chunk.iter().enumerate() {
+            out.push((tok, sampler::top_k(&logits[i * vocab..(i + 1) * vocab], k)));
+        }
+    }
+    Ok(out)
+}
+
+/// Perplexity of `tokens` over consecutive windows of `ctx` tokens: each window is
+/// evaluated from an empty cache and its second half is scored (as llama.cpp does, so
+/// every scored token sees at least half a window of context). Returns the perplexity
+/// and the number of tokens scored.
+pub fn perplexity(s: &mut Session, tokens: &[u32], ctx: usize) -> Result<(f64, usize), RunError> {
+    let ctx = ctx.min(s.model.n_ctx() as usize);
+    if ctx < 2 || tokens.len() < ctx {
+        return Err(RunError::Other(format!(
+            "perplexity needs at least one window of {ctx} tokens; the text has {}",
+            tokens.len()
+        )));
+    }
+    let vocab = s.model.desc.vocab as usize;
+    let (mut nll, mut count) = (0f64, 0usize);
+    for window in tokens.chunks_exact(ctx) {
+        s.model.reset();
+        let mut at = 0;
+        for chunk in window.chunks(s.model.window() as usize) {
+            s.model.forward(chunk, Logits::All)?;
+            let logits = s.model.logits(chunk.len() as u32)?;
+            for i in 0..chunk.len() {
+                let p = at + i;
+                if p + 1 < ctx && p >= ctx / 2 {
+                    let row = &logits[i * vocab..(i + 1) * vocab];
+                    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let sum: f64 = row.iter().map(|&v| f64::from(v - max).exp()).sum();
+                    let target = window[p + 1] as usize;
+                    nll -= f64::from(row[target] - max) - sum.ln();
+                    count += 1;
+                }
+            }
+            at += chunk.len();
+        }
+    }
+    Ok(((nll / count.max(1) as f64).exp(), count))
+}
+
+/// Throughput as llama-bench measures it: `pp` prompt tokens read from an empty cache
+/// (`ppN`), and `tg` tokens decoded one at a time from an empty cache (`tgN`), each the
+/// mean of `reps` runs after one warm-up. Token ids are arbitrary; speed does not
+/// depend on them. Returns (prompt tokens/s, decode tokens/s).
+pub fn bench(s: &mut Session, pp: usize, tg: usize, reps: usize) -> Result<(f64, f64), RunError> {
+    let vocab = s.model.desc.vocab as usize;
+    let tokens: Vec<u32> = (0..pp.max(1)).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
+    let tg = tg.min(s.model.n_ctx() as usize);
+    let (mut pp_time, mut tg_time) = (Duration::ZERO, Duration::ZERO);
+    for rep in 0..=reps {
+        s.model.reset();
+        let start = Instant::now();
+        prefill(s, &tokens)?;
+        s.model.argmax(1)?;
+        let prefill_time = start.elapsed();
+        s.model.reset();
+        let start = Instant::now();
+        let mut next = tokens[0];
+        for _ in 0..tg {
+            next = s.model.decode_greedy(next)?;
+        }
+        if rep > 0 {
+            pp_time += prefill_time;
+            tg_time += start.elapsed();
+        }
+    }
+    let reps = reps.max(1) as f64;
+    Ok((tokens.len() as f64 * reps / pp_time.as_secs_f64(), tg as f64 * reps / tg_time.as_secs_f64()))
+}

@@ -1,0 +1,60 @@
+//! The kernels a run may launch, by op: loaded from a manifest for a GPU, or planned on
+//! demand for the CPU reference (which takes any shape and window).
+
+use std::collections::HashMap;
+
+use strata_compiler::plan::{KernelSpec, Op, rules};
+use strata_compiler::target::Target;
+
+use crate::backend::RunError;
+
+/// Kernel records by name.
+#[derive(Clone, Debug)]
+pub struct Kernels {
+    by_name: HashMap<String, KernelSpec>,
+    /// Where set, ops with no record are planned for this target on demand (CPU runs).
+    on_demand: Option<Target>,
+}
+
+impl Kernels {
+    /// The kernels of a manifest: ops with no compiled kernel are refused by name.
+    pub fn compiled(specs: impl IntoIterator<Item = KernelSpec>) -> Kernels {
+        Kernels { by_name: specs.into_iter().map(|s| (s.name.clone(), s)).collect(), on_demand: None }
+    }
+
+    /// Kernel records planned on demand (the CPU backend ignores launch geometry, so
+    /// the target only fills the records' launch fields).
+    pub fn planned(target: Target) -> Kernels {
+        Kernels { by_name: HashMap::new(), on_demand: Some(target) }
+    }
+
+    /// The record of `op`.
+    pub fn get(&mut self, op: &Op) -> Result<KernelSpec, RunError> {
+        let name = op.kernel_name();
+        if let Some(spec) = self.by_name.get(&name) {
+            return Ok(spec.clone());
+        }
+        match &self.on_demand {
+            Some(target) => {
+                let spec = rules::kernel(op.clone(), target);
+                self.by_name.insert(name, spec.clone());
+                Ok(spec)
+            }
+            None => Err(RunError::Other(format!(
+                "kernel {name} is not in the artifacts; recompile them for this pack (strata-compile)"
+            ))),
+        }
+    }
+
+    /// Whether a compiled kernel of this op exists (always true when planned on demand).
+    pub fn has(&self, op: &Op) -> bool {
+        self.on_demand.is_some() || self.by_name.contains_key(&op.kernel_name())
+    }
+
+    /// Every record, sorted by name.
+    pub fn all(&self) -> Vec<&KernelSpec> {
+        let mut v: Vec<&KernelSpec> = self.by_name.values().collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+}

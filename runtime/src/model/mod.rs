@@ -1,0 +1,512 @@
+//! One dense transformer (llama, qwen2, qwen3) on a backend: weights uploaded once, an
+//! f16 KV cache, and a forward pass over windows of tokens built from plan records.
+//!
+//! Every step is a sequence of kernel calls on the backend; the host only writes token
+//! ids and the position, and reads what it asked for (logits or the argmax token). A
+//! decode step of one token is captured once and replayed (a CUDA graph on CUDA).
+
+mod rope;
+mod upload;
+
+use upload::Uploader;
+
+use strata_compiler::model::{Family, ModelDesc};
+use strata_compiler::pack::Pack;
+use strata_compiler::plan::{Op, RopeStyle};
+use strata_compiler::quant::GgmlType;
+
+use crate::backend::{Arg, Backend, BufferId, GraphId, RunError};
+use crate::kernels::Kernels;
+
+/// A weight tensor on the device.
+#[derive(Clone, Copy, Debug)]
+struct Weight {
+    buf: BufferId,
+    /// Byte offset in `buf` (weights fused for decode share one buffer).
+    offset: usize,
+    ty: GgmlType,
+    /// Row length (ggml `ne0`) and rows (`ne1`).
+    cols: u32,
+    rows: u32,
+}
+
+/// Which logits a forward pass should leave in the logits buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// None (a prefill chunk that is not the last).
+    None,
+    /// The last token's only.
+    Last,
+    /// Every token's of the window.
+    All,
+}
+
+/// Per-layer weights.
+#[derive(Clone, Copy)]
+struct Layer {
+    attn_norm: Weight,
+    q: Weight,
+    k: Weight,
+    v: Weight,
+    q_bias: Option<Weight>,
+    k_bias: Option<Weight>,
+    v_bias: Option<Weight>,
+    q_norm: Option<Weight>,
+    k_norm: Option<Weight>,
+    o: Weight,
+    ffn_norm: Weight,
+    gate: Weight,
+    up: Weight,
+    down: Weight,
+    /// Q, K and V stacked, for the decode step's one fused product.
+    qkv: Option<Weight>,
+    /// Gate and up stacked, likewise.
+    gate_up: Option<Weight>,
+    k_cache: BufferId,
+    v_cache: BufferId,
+}
+
+/// Scratch buffers for a window of up to `window` tokens.
+struct Scratch {
+    x: [BufferId; 2],
+    h: BufferId,
+    q: BufferId,
+    k: BufferId,
+    v: BufferId,
+    qkv: BufferId,
+    qkn: BufferId,
+    attn: BufferId,
+    proj: BufferId,
+    gate: BufferId,
+    up: BufferId,
+    gate_up: BufferId,
+    act: BufferId,
+    logits: BufferId,
+    ids: BufferId,
+    pos: BufferId,
+    next: BufferId,
+    cos_sin: BufferId,
+}
+
+/// A model ready to run on a backend.
+pub struct Model {
+    /// The model's shape.
+    pub desc: ModelDesc,
+    backend: Box<dyn Backend>,
+    kernels: Kernels,
+    layers: Vec<Layer>,
+    embed: Weight,
+    output_norm: Weight,
+    output: Weight,
+    s: Scratch,
+    n_ctx: u32,
+    window: u32,
+    /// Tokens in the KV cache.
+    pos: u32,
+    /// The captured one-token decode step.
+    decode_graph: Option<GraphId>,
+    /// The token in `next[0]` on the device, as last read back.
+    on_device: Option<u32>,
+}
+
+impl Model {
+    /// Uploads the pack's weights to `backend` and allocates a KV cache of `n_ctx`
+    /// positions and scratch for windows of up to `window` tokens. `progress` sees bytes
+    /// uploaded and the total.
+    pub fn load(
+        pack: &Pack,
+        mut backend: Box<dyn Backend>,
+        kernels: Kernels,
+        n_ctx: u32,
+        window: u32,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Model, RunError> {
+        let desc = ModelDesc::from_pack(pack).map_err(|e| RunError::Other(e.to_string()))?;
+        if desc.experts.is_some() {
+            return Err(RunError::Other(format!(
+                "{}: mixture-of-experts models ({}) are not supported by strata-run yet",
+                pack.path().display(),
+                desc.family.arch()
+            )));
+        }
+        if n_ctx == 0 || window == 0 {
+            return Err(RunError::Other("context and window must be at least 1".into()));
+        }
+        let total: u64 = pack.tensors().iter().map(|t| t.bytes).sum();
+        let b = backend.as_mut();
+        let mut up = Uploader { pack, done: 0, total, progress };
+        let embed = up.one(b, "token_embd.weight")?;
+        let output_norm = up.one(b, "output_norm.weight")?;
+        let output = if desc.tied_output { embed } else { up.one(b, "output.weight")? };
+        let kv_width = (desc.kv_heads * desc.head_dim_k) as usize;
+        let mut layers = Vec::with_capacity(desc.layers as usize);
+        for i in 0..desc.layers {
+            let n = |s: &str| format!("blk.{i}.{s}.weight");
+            let nb = |s: &str| format!("blk.{i}.{s}");
+            let qwen2 = desc.family == Family::Qwen2;
+            let qwen3 = desc.family == Family::Qwen3;
+            let q_bias = up.optional(b, &nb("attn_q.bias"), qwen2)?;
+            let k_bias = up.optional(b, &nb("attn_k.bias"), qwen2)?;
+            let v_bias = up.optional(b, &nb("attn_v.bias"), qwen2)?;
+            let q_norm = up.optional(b, &n("attn_q_norm"), qwen3)?;
+            let k_norm = up.optional(b, &n("attn_k_norm"), qwen3)?;
+            let qkv = up.stacked(b, &kernels, &["attn_q", "attn_k", "attn_v"].map(n))?;
+            let gate_up = up.stacked(b, &kernels, &["ffn_gate", "ffn_up"].map(n))?;
+            layers.push(Layer {
+                attn_norm: up.one(b, &n("attn_norm"))?,
+                q: up.part(b, &qkv, 0, &n("attn_q"))?,
+                k: up.part(b, &qkv, 1, &n("attn_k"))?,
+                v: up.part(b, &qkv, 2, &n("attn_v"))?,
+                q_bias,
+                k_bias,
+                v_bias,
+                q_norm,
+                k_norm,
+                o: up.one(b, &n("attn_output"))?,
+                ffn_norm: up.one(b, &n("ffn_norm"))?,
+                gate: up.part(b, &gate_up, 0, &n("ffn_gate"))?,
+                up: up.part(b, &gate_up, 1, &n("ffn_up"))?,
+                down: up.one(b, &n("ffn_down"))?,
+                qkv: qkv.as_ref().map(|p| p[3]),
+                gate_up: gate_up.as_ref().map(|p| p[2]),
+                k_cache: b.alloc(n_ctx as usize * kv_width * 2)?,
+                v_cache: b.alloc(n_ctx as usize * kv_width * 2)?,
+            });
+        }
+        let w = window as usize;
+        let f32s = |b: &mut dyn Backend, n: usize| b.alloc(n * 4);
+        let (e, qd, kd, ffn) =
+            (desc.embd as usize, (desc.heads * desc.head_dim_k) as usize, kv_width, desc.ffn as usize);
+        let s = Scratch {
+            x: [f32s(b, w * e)?, f32s(b, w * e)?],
+            h: f32s(b, w * e)?,
+            q: f32s(b, w * qd)?,
+            k: f32s(b, w * kd)?,
+            v: f32s(b, w * kd)?,
+            qkv: f32s(b, qd + 2 * kd)?,
+            qkn: f32s(b, w * (qd + kd))?,
+            attn: f32s(b, w * qd)?,
+            proj: f32s(b, w * e)?,
+            gate: f32s(b, w * ffn)?,
+            up: f32s(b, w * ffn)?,
+            gate_up: f32s(b, 2 * ffn)?,
+            act: f32s(b, w * ffn)?,
+            logits: f32s(b, w * desc.vocab as usize)?,
+            ids: f32s(b, w)?,
+            pos: f32s(b, 1)?,
+            next: f32s(b, w)?,
+            cos_sin: f32s(b, n_ctx as usize * desc.rope_dims as usize)?,
+        };
+        let table = rope::table(n_ctx, desc.rope_dims, desc.rope_base);
+        b.write(s.cos_sin, 0, &table)?;
+        Ok(Model {
+            desc,
+            backend,
+            kernels,
+            layers,
+            embed,
+            output_norm,
+            output,
+            s,
+            n_ctx,
+            window,
+            pos: 0,
+            decode_graph: None,
+            on_device: None,
+        })
+    }
+
+    /// Context length (KV cache positions).
+    pub fn n_ctx(&self) -> u32 {
+        self.n_ctx
+    }
+
+    /// Tokens in the KV cache.
+    pub fn pos(&self) -> u32 {
+        self.pos
+    }
+
+    /// Largest window a single forward pass takes.
+    pub fn window(&self) -> u32 {
+        self.window
+    }
+
+    /// The backend (for device information and synchronization).
+    pub fn backend(&mut self) -> &mut dyn Backend {
+        self.backend.as_mut()
+    }
+
+    /// Empties the KV cache (a new sequence).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+
+    /// Runs `tokens` (at most [`Model::window`]) at the next positions and leaves the
+    /// asked-for logits in the logits buffer.
+    pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<(), RunError> {
+        let t = tokens.len() as u32;
+        if t == 0 || t > self.window {
+            return Err(RunError::Other(format!("a forward pass takes 1 to {} tokens, not {t}", self.window)));
+        }
+        if self.pos + t > self.n_ctx {
+            return Err(RunError::Other(format!(
+                "the context is full: {} + {t} tokens exceed --ctx {}",
+                self.pos, self.n_ctx
+            )));
+        }
+        let ids: Vec<u8> = tokens.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
+        self.backend.write(self.s.ids, 0, &ids)?;
+        self.backend.write(self.s.pos, 0, &(self.pos as i32).to_le_bytes())?;
+        self.enqueue(self.s.ids, t, logits)?;
+        self.pos += t;
+        Ok(())
+    }
+
+    /// Decodes one token and returns the greedy next token, reading back only its id.
+    /// The step is captured on first use and replayed after.
+    pub fn decode_greedy(&mut self, token: u32) -> Result<u32, RunError> {
+        if self.pos >= self.n_ctx {
+            return Err(RunError::Other(format!("the context is full: {} tokens (--ctx {})", self.pos, self.n_ctx)));
+        }
+        // The step reads its token from where the last argmax left it: when it is that
+        // token (greedy decoding), only the position travels to the device.
+        if self.on_device != Some(token) {
+            self.backend.write(self.s.next, 0, &(token as i32).to_le_bytes())?;
+        }
+        self.backend.write(self.s.pos, 0, &(self.pos as i32).to_le_bytes())?;
+        let graph = match self.decode_graph {
+            Some(g) => g,
+            None => {
+                self.backend.begin_capture()?;
+                let queued = self.enqueue(self.s.next, 1, Logits::Last).and_then(|()| self.enqueue_argmax(1));
+                let graph = self.backend.end_capture();
+                queued?;
+                let g = graph?;
+                self.decode_graph = Some(g);
+                g
+            }
+        };
+        self.backend.replay(graph)?;
+        self.pos += 1;
+        let mut out = [0u8; 4];
+        self.backend.read(self.s.next, 0, &mut out)?;
+        let next = i32::from_le_bytes(out) as u32;
+        self.on_device = Some(next);
+        Ok(next)
+    }
+
+    /// The greedy tokens of the logits rows left by the last forward pass.
+    pub fn argmax(&mut self, rows: u32) -> Result<Vec<u32>, RunError> {
+        self.enqueue_argmax(rows)?;
+        let mut out = vec![0u8; rows as usize * 4];
+        self.backend.read(self.s.next, 0, &mut out)?;
+        let ids: Vec<u32> = out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect();
+        self.on_device = ids.first().copied();
+        Ok(ids)
+    }
+
+    /// Reads `rows` rows of logits left by the last forward pass.
+    pub fn logits(&mut self, rows: u32) -> Result<Vec<f32>, RunError> {
+        let mut out = vec![0u8; rows as usize * self.desc.vocab as usize * 4];
+        self.backend.read(self.s.logits, 0, &mut out)?;
+        Ok(out.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    fn enqueue_argmax(&mut self, rows: u32) -> Result<(), RunError> {
+        let spec = self.kernels.get(&Op::Argmax { n: self.desc.vocab })?;
+        self.backend.call(
+            &spec,
+            &[("x", Arg::Buf(self.s.logits, 0)), ("out", Arg::Buf(self.s.next, 0)), ("rows", Arg::U32(rows))],
+        )
+    }
+
+    fn gemv(&mut self, w: Weight, x: Arg, y: Arg, window: u32) -> Result<(), RunError> {
+        let op = Op::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window };
+        let spec = self.kernels.get(&op)?;
+        self.backend.call(&spec, &[("w", Arg::Buf(w.buf, w.offset)), ("x", x), ("y", y)])
+    }
+
+    fn rmsnorm(&mut self, n: u32, x: Arg, w: Weight, y: Arg, rows: u32) -> Result<(), RunError> {
+        let spec = self.kernels.get(&Op::RmsNorm { n, eps: self.desc.rms_eps })?;
+        self.backend.call(&spec, &[("x", x), ("w", Arg::Buf(w.buf, 0)), ("y", y), ("rows", Arg::U32(rows))])
+    }
+
+    /// `sum = a + b` (the new residual stream) and `y = rmsnorm(sum) · w`, over `rows` rows.
+    fn add_rmsnorm(
+        &mut self,
+        a: BufferId,
+        b: BufferId,
+        w: Weight,
+        sum: BufferId,
+        y: BufferId,
+        rows: u32,
+    ) -> Result<(), RunError> {
+        let spec = self.kernels.get(&Op::AddRmsNorm { n: self.desc.embd, eps: self.desc.rms_eps })?;
+        let buf = |id| Arg::Buf(id, 0);
+        self.backend.call(
+            &spec,
+            &[
+                ("a", buf(a)),
+                ("b", buf(b)),
+                ("w", buf(w.buf)),
+                ("sum", buf(sum)),
+                ("y", buf(y)),
+                ("rows", Arg::U32(rows)),
+            ],
+        )
+    }
+
+    fn add(&mut self, n: u32, a: Arg, b: Arg, y: Arg, tokens: u32, broadcast: bool) -> Result<(), RunError> {
+        let spec = self.kernels.get(&Op::Add { n, broadcast })?;
+        self.backend.call(&spec, &[("a", a), ("b", b), ("y", y), ("tokens", Arg::U32(tokens))])
+    }
+
+    /// Rotates `rows` rows of head length in place; row r belongs to token r / heads.
+    fn rope(&mut self, x: Arg, rows: u32, heads: u32) -> Result<(), RunError> {
+        let style = if self.desc.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
+        let op = Op::Rope { style, head_dim: self.desc.head_dim_k, rope_dims: self.desc.rope_dims };
+        let spec = self.kernels.get(&op)?;
+        self.backend.call(
+            &spec,
+            &[
+                ("x", x),
+                ("cos_sin", Arg::Buf(self.s.cos_sin, 0)),
+                ("pos", Arg::Buf(self.s.pos, 0)),
+                ("rows", Arg::U32(rows)),
+                ("heads", Arg::U32(heads)),
+                ("n_ctx", Arg::U32(self.n_ctx)),
+            ],
+        )
+    }
+
+    /// Queues the forward pass of `t` tokens whose ids are already in `ids` and first
+    /// position in the `pos` buffer.
+    fn enqueue(&mut self, ids: BufferId, t: u32, logits: Logits) -> Result<(), RunError> {
+        let d = self.desc.clone();
+        let s = &self.s;
+        let (x, h, attn, proj, act, pos) = (s.x, s.h, s.attn, s.proj, s.act, s.pos);
+        let buf = |id| Arg::Buf(id, 0);
+        let at = |id, floats: u32| Arg::Buf(id, floats as usize * 4);
+        let (qd, kd) = (d.heads * d.head_dim_k, d.kv_heads * d.head_dim_k);
+
+        let embed = self.kernels.get(&Op::Embed { quant: self.embed.ty, cols: d.embd, vocab: d.vocab })?;
+        self.backend.call(
+            &embed,
+            &[("table", buf(self.embed.buf)), ("ids", buf(ids)), ("y", buf(x[0])), ("tokens", Arg::U32(t))],
+        )?;
+        let attention = self.kernels.get(&Op::Attention {
+            heads: d.heads,
+            kv_heads: d.kv_heads,
+            head_dim: d.head_dim_k,
+            scale: 1.0 / (d.head_dim_k as f32).sqrt(),
+        })?;
+        let kv_store = self.kernels.get(&Op::KvStore { width: kd })?;
+        let silu = self.kernels.get(&Op::SiluMul { n: d.ffn })?;
+        let mut cur = 0;
+        self.rmsnorm(d.embd, buf(x[0]), self.layers[0].attn_norm, buf(h), t)?;
+        for l in 0..self.layers.len() {
+            let ly = self.layers[l];
+            // Here h holds the attention norm of the residual stream x[cur].
+            // Q, K, V: one stacked product when decoding, where the pack allows.
+            let (q, k, v) = match ly.qkv {
+                Some(qkv) if t == 1 => {
+                    self.gemv(qkv, buf(h), buf(self.s.qkv), 1)?;
+                    (buf(self.s.qkv), at(self.s.qkv, qd), at(self.s.qkv, qd + kd))
+                }
+                _ => {
+                    let (q, k, v) = (buf(self.s.q), buf(self.s.k), buf(self.s.v));
+                    self.gemv(ly.q, buf(h), q, t)?;
+                    self.gemv(ly.k, buf(h), k, t)?;
+                    self.gemv(ly.v, buf(h), v, t)?;
+                    (q, k, v)
+                }
+            };
+            for (bias, y, n) in [(ly.q_bias, q, qd), (ly.k_bias, k, kd), (ly.v_bias, v, kd)] {
+                if let Some(bias) = bias {
+                    self.add(n, y, buf(bias.buf), y, t, true)?;
+                }
+            }
+            // Per-head norms (qwen3) write Q then K into one buffer.
+            let (q, k) = match (ly.q_norm, ly.k_norm) {
+                (Some(qw), Some(kw)) => {
+                    let (qn, kn) = (buf(self.s.qkn), at(self.s.qkn, t * qd));
+                    self.rmsnorm(d.head_dim_k, q, qw, qn, t * d.heads)?;
+                    self.rmsnorm(d.head_dim_k, k, kw, kn, t * d.kv_heads)?;
+                    (qn, kn)
+                }
+                _ => (q, k),
+            };
+            // One token's Q and K heads side by side rotate in one launch.
+            let adjacent = matches!((q, k), (Arg::Buf(a, i), Arg::Buf(b, j)) if a == b && j == i + qd as usize * 4);
+            if t == 1 && adjacent {
+                self.rope(q, d.heads + d.kv_heads, d.heads + d.kv_heads)?;
+            } else {
+                self.rope(q, t * d.heads, d.heads)?;
+                self.rope(k, t * d.kv_heads, d.kv_heads)?;
+            }
+            self.backend.call(
+                &kv_store,
+                &[
+                    ("k", k),
+                    ("v", v),
+                    ("k_cache", buf(ly.k_cache)),
+                    ("v_cache", buf(ly.v_cache)),
+                    ("pos", buf(pos)),
+                    ("tokens", Arg::U32(t)),
+                    ("n_ctx", Arg::U32(self.n_ctx)),
+                ],
+            )?;
+            let Arg::Buf(q_buf, q_off) = q else { unreachable!("q is a buffer") };
+            for i in 0..t {
+                let row = i as usize * qd as usize * 4;
+                self.backend.call(
+                    &attention,
+                    &[
+                        ("q", Arg::Buf(q_buf, q_off + row)),
+                        ("k_cache", buf(ly.k_cache)),
+                        ("v_cache", buf(ly.v_cache)),
+                        ("out", Arg::Buf(attn, row)),
+                        ("pos", buf(pos)),
+                        ("t", Arg::U32(i)),
+                        ("n_ctx", Arg::U32(self.n_ctx)),
+                    ],
+                )?;
+            }
+            self.gemv(ly.o, buf(attn), buf(proj), t)?;
+            self.add_rmsnorm(x[cur], proj, ly.ffn_norm, x[1 - cur], h, t)?;
+            cur = 1 - cur;
+            let (gate, up) = match ly.gate_up {
+                Some(gu) if t == 1 => {
+                    self.gemv(gu, buf(h), buf(self.s.gate_up), 1)?;
+                    (buf(self.s.gate_up), at(self.s.gate_up, d.ffn))
+                }
+                _ => {
+                    self.gemv(ly.gate, buf(h), buf(self.s.gate), t)?;
+                    self.gemv(ly.up, buf(h), buf(self.s.up), t)?;
+                    (buf(self.s.gate), buf(self.s.up))
+                }
+            };
+            self.backend.call(&silu, &[("gate", gate), ("up", up), ("y", buf(act)), ("tokens", Arg::U32(t))])?;
+            self.gemv(ly.down, buf(act), buf(proj), t)?;
+            match self.layers.get(l + 1) {
+                Some(next) => self.add_rmsnorm(x[cur], proj, next.attn_norm, x[1 - cur], h, t)?,
+                None => self.add(d.embd, buf(x[cur]), buf(proj), buf(x[1 - cur]), t, false)?,
+            }
+            cur = 1 - cur;
+        }
+        let logits_buf = self.s.logits;
+        let row = d.embd as usize * 4;
+        match logits {
+            Logits::None => Ok(()),
+            Logits::Last => {
+                let last = Arg::Buf(x[cur], (t as usize - 1) * row);
+                self.rmsnorm(d.embd, last, self.output_norm, buf(h), 1)?;
+                self.gemv(self.output, buf(h), buf(logits_buf), 1)
+            }
+            Logits::All => {
+                self.rmsnorm(d.embd, buf(x[cur]), self.output_norm, buf(h), t)?;
+                self.gemv(self.output, buf(h), buf(logits_buf), t)
+            }
+        }
+    }
+}

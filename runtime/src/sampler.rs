@@ -1,0 +1,509 @@
+//! Token sampling on the host, after the device has produced a step's logits.
+//!
+//! The chain mirrors llama.cpp's default order so that results are comparable with it:
+//! repetition penalty -> top-k -> top-p -> min-p -> temperature -> weighted draw. Truncation
+//! therefore looks at temperature-1 probabilities, and temperature only reshapes what survives.
+//! NaN logits are treated as `-inf` everywhere, so a broken logit can never be picked or panic.
+
+use std::cmp::Ordering;
+
+use rand::Rng;
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::SeedableRng;
+
+/// Sampling settings; each filter has an "off" value so any subset of the chain can be used.
+#[derive(Clone, Debug)]
+pub struct SamplerConfig {
+    /// Divides the logits before the draw; `<= 0` means greedy (argmax), matching llama.cpp.
+    pub temperature: f32,
+    /// Keeps only the `top_k` highest logits; `0` turns the filter off.
+    pub top_k: usize,
+    /// Keeps the smallest set of best tokens whose probability reaches `top_p`; `>= 1` is off.
+    pub top_p: f32,
+    /// Drops tokens less likely than `min_p` times the best token's probability; `<= 0` is off.
+    pub min_p: f32,
+    /// Penalises recently seen tokens (llama.cpp rule); `1.0` is off.
+    pub repeat_penalty: f32,
+    /// How many of the most recent history tokens the penalty looks at; `0` is off.
+    pub repeat_last_n: usize,
+    /// Seeds the `ChaCha20` generator so a run can be reproduced exactly.
+    pub seed: u64,
+}
+
+impl Default for SamplerConfig {
+    /// llama.cpp's defaults, so out-of-the-box output feels like the reference implementation.
+    fn default() -> Self {
+        Self { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+    }
+}
+
+impl SamplerConfig {
+    /// Deterministic argmax decoding, the mode used to compare against reference logits.
+    pub fn greedy() -> Self {
+        Self { temperature: 0.0, ..Self::default() }
+    }
+
+    /// Whether sampling reduces to argmax (temperature `<= 0`), so callers can skip the RNG path.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0
+    }
+}
+
+/// Stateful sampler: owns the seeded RNG and a reusable candidate buffer (no per-step allocation).
+pub struct Sampler {
+    cfg: SamplerConfig,
+    rng: ChaCha20Rng,
+    cands: Vec<(u32, f32)>,
+    recent: Vec<u32>,
+}
+
+impl Sampler {
+    /// Creates a sampler whose draws depend only on `cfg.seed`, so runs are reproducible.
+    pub fn new(cfg: SamplerConfig) -> Self {
+        let rng = ChaCha20Rng::seed_from_u64(cfg.seed);
+        Self { cfg, rng, cands: Vec::new(), recent: Vec::new() }
+    }
+
+    /// The settings this sampler was built with, for logging and reports.
+    pub fn config(&self) -> &SamplerConfig {
+        &self.cfg
+    }
+
+    /// Whether [`Sampler::sample`] is exactly the argmax of the raw logits (greedy and no
+    /// repetition penalty), so callers may use the device argmax and skip the logits download.
+    pub fn is_greedy(&self) -> bool {
+        self.cfg.is_greedy() && (self.cfg.repeat_penalty == 1.0 || self.cfg.repeat_last_n == 0)
+    }
+
+    /// Picks the next token from logits; `history` is the tokens so far (for the repetition
+    /// penalty, llama.cpp style: positive logits divided, negative multiplied, over the last
+    /// `repeat_last_n` distinct tokens). Returns 0 for empty logits rather than panicking.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        if logits.is_empty() {
+            return 0;
+        }
+        let penalise = self.cfg.repeat_penalty != 1.0 && self.cfg.repeat_last_n > 0 && !history.is_empty();
+        if self.cfg.is_greedy() && !penalise {
+            return argmax(logits);
+        }
+
+        let cands = &mut self.cands;
+        cands.clear();
+        cands.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, sanitize(l))));
+
+        if penalise {
+            let start = history.len().saturating_sub(self.cfg.repeat_last_n);
+            self.recent.clear();
+            self.recent.extend_from_slice(&history[start..]);
+            self.recent.sort_unstable();
+            self.recent.dedup();
+            let p = self.cfg.repeat_penalty;
+            for &t in &self.recent {
+                // Candidates are still in id order here, so the id indexes directly.
+                if let Some(c) = cands.get_mut(t as usize) {
+                    c.1 = if c.1 <= 0.0 { c.1 * p } else { c.1 / p };
+                }
+            }
+        }
+
+        if self.cfg.is_greedy() {
+            return best_of(cands);
+        }
+
+        let mut sorted = false;
+        let k = self.cfg.top_k;
+        if k > 0 && k < cands.len() {
+            cands.select_nth_unstable_by(k - 1, by_logit_desc);
+            cands.truncate(k);
+            cands.sort_unstable_by(by_logit_desc);
+            sorted = true;
+        }
+
+        if self.cfg.top_p < 1.0 {
+            if !sorted {
+                cands.sort_unstable_by(by_logit_desc);
+                sorted = true;
+            }
+            let max = cands[0].1;
+            let total: f64 = cands.iter().map(|c| weight(c.1, max)).sum();
+            let target = f64::from(self.cfg.top_p) * total;
+            let mut cum = 0.0;
+            let mut keep = cands.len();
+            for (i, c) in cands.iter().enumerate() {
+                cum += weight(c.1, max);
+                if cum >= target {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cands.truncate(keep.max(1));
+        }
+
+        if self.cfg.min_p > 0.0 {
+            let max = if sorted { cands[0].1 } else { cands.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1)) };
+            // prob >= min_p * max_prob  <=>  logit >= max_logit + ln(min_p); the max always survives.
+            let threshold = max + self.cfg.min_p.ln();
+            cands.retain(|c| c.1 >= threshold || c.1 == max);
+        }
+
+        let t = self.cfg.temperature;
+        for c in cands.iter_mut() {
+            c.1 /= t;
+        }
+
+        let max = cands.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
+        let total: f64 = cands.iter().map(|c| weight(c.1, max)).sum();
+        // 53 random bits -> uniform in [0, 1).
+        let u = (self.rng.next_u64() >> 11) as f64 * (1.0 / (1_u64 << 53) as f64);
+        let target = u * total;
+        let mut cum = 0.0;
+        let mut last = cands[0].0;
+        for c in cands.iter() {
+            let w = weight(c.1, max);
+            if w > 0.0 {
+                cum += w;
+                last = c.0;
+                if cum > target {
+                    return c.0;
+                }
+            }
+        }
+        // Only reachable through rounding at the very top of the range.
+        last
+    }
+}
+
+/// Greedy argmax with lowest index winning ties (same rule as the device argmax kernel).
+/// NaN counts as `-inf`; empty or all-NaN input yields 0.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0_usize;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > best_v {
+            best = i;
+            best_v = l;
+        }
+    }
+    best as u32
+}
+
+/// The k highest (id, logit), highest first, ties by lower id; used for reports and reference
+/// comparisons. Selects in O(n) and sorts only the k winners. NaN logits are returned as `-inf`.
+pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut v: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, sanitize(l))).collect();
+    let k = k.min(v.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    if k < v.len() {
+        v.select_nth_unstable_by(k - 1, by_logit_desc);
+        v.truncate(k);
+    }
+    v.sort_unstable_by(by_logit_desc);
+    v
+}
+
+/// NaN -> `-inf`, so comparisons are total and NaN is never chosen.
+fn sanitize(l: f32) -> f32 {
+    if l.is_nan() { f32::NEG_INFINITY } else { l }
+}
+
+/// Highest logit first, lower id first among equal logits (inputs are NaN-free).
+fn by_logit_desc(a: &(u32, f32), b: &(u32, f32)) -> Ordering {
+    b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal).then(a.0.cmp(&b.0))
+}
+
+/// Argmax over candidates with the lowest id winning ties.
+fn best_of(cands: &[(u32, f32)]) -> u32 {
+    let mut best = (0_u32, f32::NEG_INFINITY);
+    for &c in cands {
+        if c.1 > best.1 || (c.1 == best.1 && c.0 < best.0) {
+            best = c;
+        }
+    }
+    best.0
+}
+
+/// Unnormalised softmax weight relative to `max`; `l == max` gives 1 so `+inf`/all-`-inf`
+/// inputs stay finite instead of producing NaN.
+fn weight(l: f32, max: f32) -> f64 {
+    if l == max { 1.0 } else { f64::from(l - max).exp() }
+}
+
+/// Detects stop strings in streamed text: holds back any suffix that could begin a stop string,
+/// so a stop split across detokenised pieces is never partially shown to the user.
+pub struct StopMatcher {
+    stops: Vec<String>,
+    held: String,
+    stopped: bool,
+}
+
+impl StopMatcher {
+    /// Builds a matcher; empty stop strings are ignored (they would stop before any output).
+    pub fn new(stops: Vec<String>) -> Self {
+        let stops = stops.into_iter().filter(|s| !s.is_empty()).collect();
+        Self { stops, held: String::new(), stopped: false }
+    }
+
+    /// Feeds the next decoded piece. Returns (text safe to emit, stopped?) — on a stop, the text
+    /// up to (not including) the stop string. After a stop every call returns `("", true)`.
+    pub fn push(&mut self, piece: &str) -> (String, bool) {
+        if self.stopped {
+            return (String::new(), true);
+        }
+        self.held.push_str(piece);
+        let hit = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min();
+        if let Some(pos) = hit {
+            self.held.truncate(pos);
+            self.stopped = true;
+            return (std::mem::take(&mut self.held), true);
+        }
+        let keep_from = self.partial_start();
+        let rest = self.held.split_off(keep_from);
+        (std::mem::replace(&mut self.held, rest), false)
+    }
+
+    /// Ends the stream: returns the held-back text that turned out not to be a stop
+    /// (empty if a stop was already hit).
+    pub fn finish(&mut self) -> String {
+        if self.stopped {
+            self.held.clear();
+            return String::new();
+        }
+        std::mem::take(&mut self.held)
+    }
+
+    /// Byte offset of the earliest suffix of `held` that is a proper prefix of some stop string.
+    fn partial_start(&self) -> usize {
+        let longest = self.stops.iter().map(String::len).max().unwrap_or(0);
+        let from = self.held.len().saturating_sub(longest.saturating_sub(1));
+        (from..self.held.len())
+            .filter(|&i| self.held.is_char_boundary(i))
+            .find(|&i| {
+                let tail = &self.held.as_bytes()[i..];
+                self.stops.iter().any(|s| s.as_bytes().starts_with(tail))
+            })
+            .unwrap_or(self.held.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(temperature: f32, top_k: usize, top_p: f32, min_p: f32) -> SamplerConfig {
+        SamplerConfig { temperature, top_k, top_p, min_p, ..SamplerConfig::default() }
+    }
+
+    /// Deterministic pseudo-random logits without pulling the RNG into the expectations.
+    fn logits(n: usize, salt: u32) -> Vec<f32> {
+        (0..n as u32)
+            .map(|i| {
+                let x = i.wrapping_mul(2_654_435_761).wrapping_add(salt.wrapping_mul(40_503)) >> 8;
+                (x % 2000) as f32 / 200.0 - 5.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn greedy_equals_argmax() {
+        let mut s = Sampler::new(SamplerConfig::greedy());
+        for salt in 0..20 {
+            let l = logits(1000, salt);
+            assert_eq!(s.sample(&l, &[1, 2, 3]), argmax(&l));
+            assert_eq!(argmax(&l), top_k(&l, 1)[0].0);
+        }
+        assert!(SamplerConfig::greedy().is_greedy());
+        assert!(!SamplerConfig::default().is_greedy());
+        assert!(s.is_greedy());
+        let penalised = SamplerConfig { repeat_penalty: 1.1, ..SamplerConfig::greedy() };
+        assert!(!Sampler::new(penalised).is_greedy());
+    }
+
+    #[test]
+    fn argmax_ties_and_nan() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, 0.5, f32::NAN, 0.5]), 1);
+        assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+        assert_eq!(argmax(&[]), 0);
+        assert_eq!(top_k(&[1.0, 3.0, f32::NAN, 3.0, 2.0], 3), vec![(1, 3.0), (3, 3.0), (4, 2.0)]);
+        assert_eq!(top_k(&[1.0, 2.0], 5), vec![(1, 2.0), (0, 1.0)]);
+        assert!(top_k(&[1.0], 0).is_empty());
+    }
+
+    #[test]
+    fn nan_logits_never_picked() {
+        let mut l = logits(100, 7);
+        for i in (0..100).step_by(3) {
+            l[i] = f32::NAN;
+        }
+        let mut s = Sampler::new(SamplerConfig { top_k: 0, top_p: 1.0, min_p: 0.0, ..SamplerConfig::default() });
+        for _ in 0..500 {
+            assert_ne!(s.sample(&l, &[]) % 3, 0);
+        }
+        let mut g = Sampler::new(SamplerConfig::greedy());
+        assert_eq!(g.sample(&[f32::NAN; 4], &[]), 0);
+        assert_eq!(Sampler::new(SamplerConfig::default()).sample(&[], &[]), 0);
+    }
+
+    #[test]
+    fn same_seed_same_sequence() {
+        let run = |seed| {
+            let mut s = Sampler::new(SamplerConfig { seed, temperature: 1.5, ..SamplerConfig::default() });
+            (0..64).map(|i| s.sample(&logits(500, i % 3), &[])).collect::<Vec<_>>()
+        };
+        assert_eq!(run(42), run(42));
+        assert_ne!(run(42), run(43));
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_at_any_temperature() {
+        for &t in &[0.1_f32, 1.0, 5.0, 100.0] {
+            let mut s = Sampler::new(cfg(t, 1, 1.0, 0.0));
+            for salt in 0..10 {
+                let l = logits(300, salt);
+                assert_eq!(s.sample(&l, &[]), argmax(&l));
+            }
+        }
+    }
+
+    #[test]
+    fn tiny_top_p_keeps_only_the_best() {
+        for top_k in [0, 40] {
+            let mut s = Sampler::new(cfg(50.0, top_k, 1e-6, 0.0));
+            for salt in 0..20 {
+                let l = logits(300, salt);
+                assert_eq!(s.sample(&l, &[]), argmax(&l));
+            }
+        }
+    }
+
+    #[test]
+    fn min_p_filters() {
+        // p(1)/p(0) = e^-0.1 ≈ 0.90 survives min_p 0.5; the others (≤ e^-10) do not.
+        let l = [10.0, 9.9, 0.0, -5.0, 9.0 - 10.0];
+        let mut s = Sampler::new(cfg(100.0, 0, 1.0, 0.5));
+        let mut seen = [0_usize; 5];
+        for _ in 0..2000 {
+            seen[s.sample(&l, &[]) as usize] += 1;
+        }
+        assert_eq!(seen[2] + seen[3] + seen[4], 0);
+        assert!(seen[0] > 500 && seen[1] > 500, "{seen:?}");
+        // Without min_p the high temperature lets the tail through.
+        let mut s = Sampler::new(cfg(100.0, 0, 1.0, 0.0));
+        let tail = (0..2000).filter(|_| s.sample(&l, &[]) >= 2).count();
+        assert!(tail > 500, "{tail}");
+    }
+
+    #[test]
+    fn repetition_penalty_changes_the_pick() {
+        let pen = |last_n| SamplerConfig { repeat_penalty: 1.5, repeat_last_n: last_n, ..SamplerConfig::greedy() };
+        // Positive logit divided: 2.0 / 1.5 = 1.33 < 1.9.
+        let l = [2.0, 1.9, -3.0];
+        assert_eq!(Sampler::new(SamplerConfig::greedy()).sample(&l, &[0]), 0);
+        assert_eq!(Sampler::new(pen(64)).sample(&l, &[0]), 1);
+        // Negative logit multiplied: -1.0 * 1.5 = -1.5 < -1.2.
+        assert_eq!(Sampler::new(pen(64)).sample(&[-1.0, -1.2], &[0, 0, 0]), 1);
+        // Applied once per distinct token, not once per occurrence: 2.0 / 1.5 > 1.3.
+        assert_eq!(Sampler::new(pen(64)).sample(&[2.0, 1.3], &[0, 0, 0, 0]), 0);
+        // Outside the window: only the last 2 history tokens count.
+        assert_eq!(Sampler::new(pen(2)).sample(&l, &[0, 2, 2]), 0);
+        // Out-of-vocab history ids are ignored.
+        assert_eq!(Sampler::new(pen(64)).sample(&l, &[99]), 0);
+        // Also applies on the sampling path: top_k 1 after the penalty.
+        let sampled = SamplerConfig { top_k: 1, temperature: 1.0, ..pen(64) };
+        assert_eq!(Sampler::new(sampled).sample(&l, &[0]), 1);
+    }
+
+    /// Draw counts vs. softmax(l / t): Pearson chi-square with a loose bound (5 dof; the
+    /// 0.1% critical value is 20.5, so 40 flags real bias, not noise).
+    #[test]
+    fn draws_follow_softmax() {
+        let l = [1.0_f32, 2.0, 0.5, 3.0, -1.0, 2.5];
+        for &t in &[1.0_f32, 0.7] {
+            let mut s = Sampler::new(SamplerConfig { seed: 7, ..cfg(t, 0, 1.0, 0.0) });
+            let n = 20_000;
+            let mut counts = [0_usize; 6];
+            for _ in 0..n {
+                counts[s.sample(&l, &[]) as usize] += 1;
+            }
+            let w: Vec<f64> = l.iter().map(|&x| f64::from(x / t).exp()).collect();
+            let z: f64 = w.iter().sum();
+            let chi2: f64 = counts
+                .iter()
+                .zip(&w)
+                .map(|(&c, &wi)| {
+                    let e = n as f64 * wi / z;
+                    (c as f64 - e).powi(2) / e
+                })
+                .sum();
+            assert!(chi2 < 40.0, "t={t} chi2={chi2} counts={counts:?}");
+        }
+    }
+
+    #[test]
+    fn top_k_restricts_support() {
+        let l = [0.0_f32, 1.0, 2.0, 3.0, 4.0];
+        let mut s = Sampler::new(cfg(10.0, 2, 1.0, 0.0));
+        let mut seen = [0_usize; 5];
+        for _ in 0..1000 {
+            seen[s.sample(&l, &[]) as usize] += 1;
+        }
+        assert_eq!(seen[0] + seen[1] + seen[2], 0);
+        assert!(seen[3] > 300 && seen[4] > 300, "{seen:?}");
+    }
+
+    fn stops(v: &[&str]) -> StopMatcher {
+        StopMatcher::new(v.iter().map(|&s| s.to_owned()).collect())
+    }
+
+    #[test]
+    fn stop_across_piece_boundaries() {
+        let mut m = stops(&["</s>", "\nUser:"]);
+        assert_eq!(m.push("Hello <"), ("Hello ".to_owned(), false));
+        assert_eq!(m.push("/s"), (String::new(), false));
+        assert_eq!(m.push(">trailing"), (String::new(), true));
+        assert_eq!(m.push("more"), (String::new(), true));
+        assert_eq!(m.finish(), "");
+
+        let mut m = stops(&["\nUser:"]);
+        assert_eq!(m.push("ok.\nUs"), ("ok.".to_owned(), false));
+        assert_eq!(m.push("er: hi"), (String::new(), true));
+
+        // The stop inside a single piece cuts the text before it.
+        let mut m = stops(&["STOP"]);
+        assert_eq!(m.push("abcSTOPdef"), ("abc".to_owned(), true));
+    }
+
+    #[test]
+    fn partial_match_that_does_not_stop() {
+        let mut m = stops(&["</s>"]);
+        assert_eq!(m.push("a <"), ("a ".to_owned(), false));
+        assert_eq!(m.push("/"), (String::new(), false));
+        assert_eq!(m.push("b"), ("</b".to_owned(), false));
+        assert_eq!(m.push("x</"), ("x".to_owned(), false));
+        assert_eq!(m.finish(), "</");
+
+        // A later restart of the stop inside the held text is still found.
+        let mut m = stops(&["aab"]);
+        assert_eq!(m.push("aa"), (String::new(), false));
+        assert_eq!(m.push("a"), ("a".to_owned(), false));
+        assert_eq!(m.push("b"), (String::new(), true));
+
+        // Multi-byte text: hold-back respects char boundaries.
+        let mut m = stops(&["é!"]);
+        assert_eq!(m.push("café"), ("caf".to_owned(), false));
+        assert_eq!(m.push("?"), ("é?".to_owned(), false));
+        assert_eq!(m.finish(), "");
+
+        // No stops / empty stops: everything passes straight through.
+        let mut m = stops(&[""]);
+        assert_eq!(m.push("anything"), ("anything".to_owned(), false));
+    }
+
+    #[test]
+    fn earliest_stop_wins() {
+        let mut m = stops(&["cd", "bcx", "b"]);
+        assert_eq!(m.push("abcd"), ("a".to_owned(), true));
+    }
+}

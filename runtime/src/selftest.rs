@@ -1,0 +1,218 @@
+//! The self-test: every kernel of the artifacts runs on the device on random valid
+//! inputs and is compared with the CPU reference running the same plan record on the
+//! same inputs. A mismatch names the kernel, the largest error and the first bad
+//! index; a kernel that does not finish by the deadline is reported as a hang.
+//!
+//! A pass is remembered per (module hash, device, driver) so later runs skip it.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use half::f16;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use sha2::{Digest, Sha256};
+use strata_compiler::artifacts::Manifest;
+use strata_compiler::plan::{ERROR_BUFFER, Elem, Extent, KernelSpec, Op};
+use strata_compiler::quant::{self as random, GgmlType};
+
+use crate::backend::cpu::Cpu;
+use crate::backend::{Arg, Backend, DeviceInfo, RunError};
+
+/// Position the test's KV windows start at (inside the test context).
+const TEST_POS: i32 = 7;
+/// Context the tests run with.
+const TEST_CTX: u32 = 40;
+
+/// The outcome of one kernel's test.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The kernel.
+    pub kernel: String,
+    /// Largest error relative to the reference's largest magnitude.
+    pub max_error: f64,
+    /// The tolerance it was held to.
+    pub tolerance: f64,
+    /// First output element past the tolerance: (buffer, index, device value, reference value).
+    pub first_bad: Option<(String, usize, f64, f64)>,
+    /// Device time of the launch (including the wait).
+    pub time: Duration,
+}
+
+impl Outcome {
+    /// Whether the kernel matched the reference.
+    pub fn passed(&self) -> bool {
+        self.first_bad.is_none()
+    }
+
+    /// One line for a refusal.
+    pub fn failure(&self) -> String {
+        match &self.first_bad {
+            None => format!("kernel {} passed", self.kernel),
+            Some((buffer, index, got, want)) => format!(
+                "kernel {} does not match the CPU reference: max error {:.3e} (tolerance {:.1e}); first bad index {index} of {buffer}: device {got}, reference {want}",
+                self.kernel, self.max_error, self.tolerance
+            ),
+        }
+    }
+}
+
+/// Per-op tolerance, relative to the largest reference magnitude of the output.
+fn tolerance(op: &Op) -> f64 {
+    match op {
+        Op::Gemv { .. } | Op::Attention { .. } => 2e-4,
+        Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::Softmax { .. } | Op::Rope { .. } => 1e-4,
+        Op::SiluMul { .. } | Op::Add { .. } | Op::Embed { .. } => 1e-5,
+        Op::KvStore { .. } | Op::Argmax { .. } => 0.0,
+    }
+}
+
+/// The scalar value a test launch uses.
+fn test_scalar(spec: &KernelSpec, name: &str) -> u32 {
+    let v = match (name, &spec.op) {
+        ("rows", Op::Rope { .. }) => 6,
+        ("heads", _) => 2,
+        ("rows" | "tokens", _) => 3,
+        ("n_ctx", _) => TEST_CTX,
+        ("t", _) => 2,
+        _ => 1,
+    };
+    let max = spec.scalars.iter().find(|s| s.name == name).map_or(v, |s| s.max);
+    v.min(max)
+}
+
+fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8Rng) -> Result<Vec<u8>, RunError> {
+    let b = &spec.buffers[buffer];
+    let n = elems as usize;
+    Ok(match b.elem {
+        Elem::F32 => random::random_floats(rng, n, 1.0).iter().flat_map(|v| v.to_le_bytes()).collect(),
+        Elem::F16 => (0..n).flat_map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)).to_le_bytes()).collect(),
+        Elem::I32 => {
+            let bound = match spec.op {
+                Op::Embed { vocab, .. } if b.name == "ids" => vocab,
+                _ => 1,
+            };
+            (0..n)
+                .flat_map(|_| if b.name == "pos" { TEST_POS } else { rng.random_range(0..bound) as i32 }.to_le_bytes())
+                .collect()
+        }
+        Elem::U8 => {
+            let ty = match spec.op {
+                Op::Gemv { quant, .. } | Op::Embed { quant, .. } => quant,
+                _ => GgmlType::F32,
+            };
+            let mut out = vec![0u8; n];
+            random::random_blocks(ty, rng, &mut out, 0.05)
+                .map_err(|e| RunError::Other(format!("kernel {}: test input: {e}", spec.name)))?;
+            out
+        }
+    })
+}
+
+fn values(elem: Elem, bytes: &[u8]) -> Vec<f64> {
+    match elem {
+        Elem::F32 => bytes.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+        Elem::F16 => bytes.chunks_exact(2).map(|c| f64::from(f16::from_le_bytes([c[0], c[1]]).to_f32())).collect(),
+        Elem::I32 => bytes.chunks_exact(4).map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+        Elem::U8 => bytes.iter().map(|&b| f64::from(b)).collect(),
+    }
+}
+
+/// Tests one kernel on `device` against the CPU reference, with `deadline` for the
+/// device to finish.
+pub fn test_kernel(
+    device: &mut dyn Backend,
+    spec: &KernelSpec,
+    deadline: Duration,
+    seed: u64,
+) -> Result<Outcome, RunError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut cpu = Cpu::new();
+    let scalars: Vec<(&str, u32)> =
+        spec.scalars.iter().map(|s| (s.name.as_str(), test_scalar(spec, &s.name))).collect();
+    let scalar = |name: &str| scalars.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v);
+    let mut named_dev = Vec::new();
+    let mut named_cpu = Vec::new();
+    let mut outputs = Vec::new();
+    for (i, b) in spec.buffers.iter().enumerate() {
+        if b.name == ERROR_BUFFER {
+            continue;
+        }
+        let elems = match &b.extent {
+            Extent::Fixed(n) => *n,
+            Extent::PerArg { arg, per_row } => u64::from(scalar(arg)) * per_row,
+        };
+        let bytes = random_bytes(spec, i, elems, &mut rng)?;
+        let (d, c) = (device.alloc(bytes.len())?, cpu.alloc(bytes.len())?);
+        device.write(d, 0, &bytes)?;
+        cpu.write(c, 0, &bytes)?;
+        named_dev.push((b.name.as_str(), Arg::Buf(d, 0)));
+        named_cpu.push((b.name.as_str(), Arg::Buf(c, 0)));
+        if b.writes {
+            outputs.push((b.name.clone(), b.elem, d, c, bytes.len()));
+        }
+    }
+    for (name, v) in &scalars {
+        named_dev.push((name, Arg::U32(*v)));
+        named_cpu.push((name, Arg::U32(*v)));
+    }
+    cpu.call(spec, &named_cpu)?;
+    device.sync()?;
+    let start = Instant::now();
+    device.call(spec, &named_dev)?;
+    if !device.sync_within(deadline)? {
+        return Err(RunError::Hang { kernel: spec.name.clone(), seconds: deadline.as_secs_f64() });
+    }
+    let time = start.elapsed();
+    let tolerance = tolerance(&spec.op);
+    let mut max_error = 0f64;
+    let mut first_bad = None;
+    for (name, elem, d, c, len) in outputs {
+        let (mut got, mut want) = (vec![0u8; len], vec![0u8; len]);
+        device.read(d, 0, &mut got)?;
+        cpu.read(c, 0, &mut want)?;
+        let (got, want) = (values(elem, &got), values(elem, &want));
+        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let err = if g.is_nan() != w.is_nan() { f64::INFINITY } else { (g - w).abs() / scale };
+            if err.is_nan() {
+                continue; // both NaN
+            }
+            max_error = max_error.max(err);
+            if err > tolerance && first_bad.is_none() {
+                first_bad = Some((name.clone(), i, *g, *w));
+            }
+        }
+    }
+    Ok(Outcome { kernel: spec.name.clone(), max_error, tolerance, first_bad, time })
+}
+
+/// Runs every kernel's test; stops at the first error that is not a mismatch (a hang,
+/// a fault). `each` sees every outcome as it comes.
+pub fn run(
+    device: &mut dyn Backend,
+    kernels: &[KernelSpec],
+    deadline: Duration,
+    each: &mut dyn FnMut(&Outcome),
+) -> Result<Vec<Outcome>, RunError> {
+    let mut outcomes = Vec::with_capacity(kernels.len());
+    for (i, spec) in kernels.iter().enumerate() {
+        let outcome = test_kernel(device, spec, deadline, 0x5eed + i as u64)?;
+        each(&outcome);
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// Where a pass of these artifacts on this device is recorded: keyed by the module and
+/// every kernel record (launch geometry is part of what was tested), device and driver.
+pub fn pass_record(manifest: &Manifest, device: &DeviceInfo) -> PathBuf {
+    let mut h = Sha256::new();
+    let kernels = serde_json::to_string(&manifest.kernels).unwrap_or_default();
+    for part in [&manifest.module.binary_sha256, &kernels, &device.name, &device.arch, &device.driver] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    let key: String = h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+    crate::artifacts::cache_dir().join("selftest").join(key)
+}

@@ -1,0 +1,124 @@
+//! The runtime's own logic on the CPU backend: windows, chunked prefill, the captured
+//! decode step, the self-test harness, and the artifact refusals (which need no GPU:
+//! they compare the manifest with the device's description).
+
+use std::path::Path;
+
+use strata_compiler::artifacts::{Request, compile};
+use strata_compiler::model::ModelDesc;
+use strata_compiler::pack::Pack;
+use strata_compiler::plan::{self, Options};
+use strata_compiler::quant::GgmlType;
+use strata_compiler::synth::Preset;
+use strata_compiler::target::Target;
+use strata_runtime::artifacts;
+use strata_runtime::backend::DeviceInfo;
+use strata_runtime::backend::cpu::Cpu;
+use strata_runtime::generate;
+use strata_runtime::selftest;
+use strata_runtime::session::{self, BackendChoice, OpenOptions, Session};
+use strata_tests::{synthetic_pack, toolchain};
+
+fn write_pack(dir: &Path, preset: Preset, weights: &[GgmlType]) -> std::path::PathBuf {
+    let path = dir.join(format!("{}.gguf", preset.name()));
+    std::fs::write(&path, synthetic_pack(preset, 2, weights)).expect("write pack");
+    path
+}
+
+fn open_cpu(pack: &Path, prefill: u32) -> Session {
+    let opts = OpenOptions { backend: BackendChoice::Cpu, ctx: Some(64), prefill, ..OpenOptions::default() };
+    session::open(pack, &opts, &mut |_| {}).expect("opens on the CPU")
+}
+
+#[test]
+fn prefill_chunking_and_graph_replay_do_not_change_results() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for preset in [Preset::TinyLlama, Preset::TinyQwen3] {
+        let pack = write_pack(dir.path(), preset, &[GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::IQ4_XS]);
+        let tokens: Vec<u32> = (0..23).map(|i| (i * 37 + 5) % 256).collect();
+        let scored: Vec<_> = [1, 4, 64]
+            .into_iter()
+            .map(|window| generate::score(&mut open_cpu(&pack, window), &tokens, 4).expect("scores"))
+            .collect();
+        assert_eq!(scored[0], scored[1], "{}: window 1 vs 4", preset.name());
+        assert_eq!(scored[0], scored[2], "{}: window 1 vs 64", preset.name());
+
+        // The captured decode step replays the same tokens as plain forward passes.
+        let mut s = open_cpu(&pack, 8);
+        let mut greedy = Vec::new();
+        let mut next = tokens[0];
+        for _ in 0..12 {
+            next = s.model.decode_greedy(next).expect("decodes");
+            greedy.push(next);
+        }
+        let mut seq = vec![tokens[0]];
+        seq.extend_from_slice(&greedy[..11]);
+        let forced = generate::score(&mut s, &seq, 1).expect("scores");
+        let argmax: Vec<u32> = forced.iter().map(|(_, top)| top[0].0).collect();
+        assert_eq!(argmax, greedy, "{}: replayed decode step vs forward passes", preset.name());
+    }
+}
+
+#[test]
+fn selftest_harness_runs_every_kernel_of_a_plan() {
+    // The device side is a second CPU backend here; on a GPU it is the GPU. What this
+    // proves is that every op gets valid random inputs and in-bounds arguments.
+    let bytes = synthetic_pack(Preset::TinyQwen3, 2, &[GgmlType::Q4_0, GgmlType::IQ2_XS]);
+    let pack = Pack::from_bytes("qwen3", bytes).expect("pack");
+    let model = ModelDesc::from_pack(&pack).expect("model");
+    let target = Target::load("gfx1100").expect("target");
+    let plan = plan::plan(&model, &pack, &target, &Options::default()).expect("plan");
+    let mut device = Cpu::new();
+    let outcomes = selftest::run(&mut device, &plan.kernels, std::time::Duration::from_secs(10), &mut |_| {})
+        .expect("every kernel runs");
+    assert_eq!(outcomes.len(), plan.kernels.len());
+    assert!(outcomes.iter().all(selftest::Outcome::passed));
+    assert!(outcomes.iter().all(|o| o.max_error == 0.0), "the same reference twice is exact");
+}
+
+#[test]
+fn artifacts_for_another_pack_or_target_are_refused() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llama = write_pack(dir.path(), Preset::TinyLlama, &[GgmlType::Q8_0]);
+    let qwen3 = write_pack(dir.path(), Preset::TinyQwen3, &[GgmlType::Q8_0]);
+    let (llama, qwen3) = (Pack::open(&llama).expect("pack"), Pack::open(&qwen3).expect("pack"));
+    let h100 = DeviceInfo {
+        backend: "cuda",
+        name: "NVIDIA H100".into(),
+        arch: "sm_90".into(),
+        driver: "CUDA driver 13.0".into(),
+        memory: 80 << 30,
+    };
+    let build = |target: &str, run_on: Option<&str>| {
+        let out = dir.path().join(format!("{target}-{}", run_on.unwrap_or("native")));
+        let target = Target::load(target).expect("target");
+        let run_on = run_on.map(|t| Target::load(t).expect("target"));
+        let req = Request {
+            pack: &llama,
+            target: &target,
+            options: Options::default(),
+            allow_spills: false,
+            run_on: run_on.as_ref(),
+            out: &out,
+        };
+        compile(&req, &tools, &mut |_| {}).expect("compiles");
+        out
+    };
+    let sm90 = build("sm_90", None);
+    assert!(artifacts::open(&sm90, &llama, &h100).is_ok());
+    let e = artifacts::open(&sm90, &qwen3, &h100).expect_err("another pack").to_string();
+    assert!(e.contains("artifacts are for another pack (tiny-llama.gguf"), "{e}");
+
+    let gfx = build("gfx1100", None);
+    let e = artifacts::open(&gfx, &llama, &h100).expect_err("another target").to_string();
+    assert!(e.contains("artifacts are for gfx1100; this device is sm_90 (NVIDIA H100)"), "{e}");
+
+    // gfx1100's kernels rendered in CUDA for sm_90 do run here (cross-vendor execution).
+    let cross = build("gfx1100", Some("sm_90"));
+    assert!(artifacts::open(&cross, &llama, &h100).is_ok());
+    let rx7900 = DeviceInfo { backend: "hip", name: "Radeon RX 7900 XTX".into(), arch: "gfx1100".into(), ..h100 };
+    let e = artifacts::open(&cross, &llama, &rx7900).expect_err("CUDA module on HIP").to_string();
+    assert!(e.contains("artifacts are for gfx1100 (built for sm_90); this device is gfx1100"), "{e}");
+    assert!(artifacts::open(&gfx, &llama, &rx7900).is_ok());
+}
