@@ -149,9 +149,7 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
             }
         }
         (Op::Gemv { .. }, _) => fail("tuning", "missing".into(), "a GEMV needs GEMV tuning".into()),
-        (Op::SiluMul { n } | Op::Add { n, .. } | Op::KvStore { width: n }, _)
-            if grid_x.saturating_mul(u64::from(l.threads)) < u64::from(*n) =>
-        {
+        (Op::SiluMul { n } | Op::Add { n, .. }, _) if grid_x.saturating_mul(u64::from(l.threads)) < u64::from(*n) => {
             fail("elements covered per row", (grid_x * u64::from(l.threads)).to_string(), format!("rows have {n}"));
         }
         (Op::Embed { cols, .. }, _) => {
@@ -164,13 +162,13 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
                 );
             }
         }
-        (Op::Rope { rope_dims, head_dim, .. }, _)
-            if (l.threads < rope_dims / 2 || rope_dims > head_dim || rope_dims % 2 != 0) =>
+        (Op::RopeStore { rope_dims, head_dim, .. }, _)
+            if (l.threads < head_dim / 2 || rope_dims > head_dim || rope_dims % 2 != 0 || head_dim % 2 != 0) =>
         {
             fail(
-                "rotated pairs per block",
+                "element pairs per block",
                 l.threads.to_string(),
-                format!("{rope_dims} of {head_dim} dims rotate in pairs"),
+                format!("heads of {head_dim} with {rope_dims} rotating, taken in pairs"),
             );
         }
         (Op::Attention { heads, kv_heads, head_dim, .. }, _) => {

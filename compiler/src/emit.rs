@@ -53,11 +53,10 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("ops/gemv", include_str!("../../templates/ops/gemv.cu.hbs")),
     ("ops/rmsnorm", include_str!("../../templates/ops/rmsnorm.cu.hbs")),
     ("ops/add_rmsnorm", include_str!("../../templates/ops/add_rmsnorm.cu.hbs")),
-    ("ops/rope", include_str!("../../templates/ops/rope.cu.hbs")),
+    ("ops/rope_store", include_str!("../../templates/ops/rope_store.cu.hbs")),
     ("ops/silu_mul", include_str!("../../templates/ops/silu_mul.cu.hbs")),
     ("ops/add", include_str!("../../templates/ops/add.cu.hbs")),
     ("ops/embed", include_str!("../../templates/ops/embed.cu.hbs")),
-    ("ops/kv_store", include_str!("../../templates/ops/kv_store.cu.hbs")),
     ("ops/attention", include_str!("../../templates/ops/attention.cu.hbs")),
     ("ops/softmax", include_str!("../../templates/ops/softmax.cu.hbs")),
     ("ops/argmax", include_str!("../../templates/ops/argmax.cu.hbs")),
@@ -268,14 +267,17 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
             })
         }
         Op::RmsNorm { n, eps } | Op::AddRmsNorm { n, eps } => json!({ "n": n, "eps": c_float(*eps) }),
-        Op::Rope { style, head_dim, rope_dims } => {
-            let half = rope_dims / 2;
+        Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
+            let rope_half = rope_dims / 2;
             let (a, b, pairing) = match style {
                 RopeStyle::Normal => ("2u * i".to_owned(), "2u * i + 1u".to_owned(), "adjacent elements (2i, 2i+1)"),
-                RopeStyle::Neox => ("i".to_owned(), format!("i + {half}u"), "halves (i, i + d/2)"),
+                RopeStyle::Neox => ("i".to_owned(), format!("i + {rope_half}u"), "halves (i, i + d/2)"),
             };
-            json!({ "head_dim": head_dim, "rope_dims": rope_dims, "half": half,
-                    "pair_a": a, "pair_b": b, "pairing": pairing })
+            json!({
+                "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "half": head_dim / 2,
+                "rope_dims": rope_dims, "rope_half": rope_half, "kv_width": kv_heads * head_dim,
+                "pair_a": a, "pair_b": b, "pairing": pairing,
+            })
         }
         Op::SiluMul { n } => json!({ "n": n }),
         Op::Add { n, broadcast } => {
@@ -287,7 +289,6 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
             "row_bytes": quant.row_bytes(u64::from(*cols)).unwrap_or(0),
             "table_len": fixed(spec, "table"),
         }),
-        Op::KvStore { width } => json!({ "width": width }),
         Op::Attention { heads, kv_heads, head_dim, scale } => json!({
             "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
             "group": heads / kv_heads, "kv_width": kv_heads * head_dim,

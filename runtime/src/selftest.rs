@@ -61,20 +61,20 @@ impl Outcome {
 fn tolerance(op: &Op) -> f64 {
     match op {
         Op::Gemv { .. } | Op::Attention { .. } => 2e-4,
-        Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::Softmax { .. } | Op::Rope { .. } => 1e-4,
+        Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::Softmax { .. } => 1e-4,
+        // f16 cache entries may round to the neighbouring value.
+        Op::RopeStore { .. } => 1e-3,
         Op::SiluMul { .. } | Op::Add { .. } | Op::Embed { .. } => 1e-5,
-        Op::KvStore { .. } | Op::Argmax { .. } => 0.0,
+        Op::Argmax { .. } => 0.0,
     }
 }
 
 /// The scalar value a test launch uses.
 fn test_scalar(spec: &KernelSpec, name: &str) -> u32 {
-    let v = match (name, &spec.op) {
-        ("rows", Op::Rope { .. }) => 6,
-        ("heads", _) => 2,
-        ("rows" | "tokens", _) => 3,
-        ("n_ctx", _) => TEST_CTX,
-        ("t", _) => 2,
+    let v = match name {
+        "rows" | "tokens" => 3,
+        "n_ctx" => TEST_CTX,
+        "t" => 2,
         _ => 1,
     };
     let max = spec.scalars.iter().find(|s| s.name == name).map_or(v, |s| s.max);

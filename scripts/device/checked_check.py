@@ -2,8 +2,8 @@
 """Shows --checked kernels recording out-of-bounds accesses instead of faulting.
 
 Launches, from a `--checked` artifact directory, kernels whose runtime arguments point
-outside their buffers: an embedding gather with a token id past the table, a KV append
-at a position past the cache, attention over more positions than the cache holds. Each
+outside their buffers: an embedding gather with a token id past the table, a K/V store
+at a position past the cache (rope_store), attention over more positions than the cache holds. Each
 must leave the error record [count, kernel, buffer, index lo, index hi, block x,
 block y, thread] naming that kernel and buffer, and write nothing out of bounds. The
 same launches on the unchecked build must not fault either (their guards skip).
@@ -64,21 +64,24 @@ def run(art, checked):
     else:
         results.append((k["name"], "token id past the table", ok, "guarded, no fault"))
 
-    # KV append at a position past the cache.
-    i, k = kernel(m, "kv_store")
-    width, n_ctx = k["width"], 4
+    # Rotate and store K/V at a position past the cache.
+    i, k = kernel(m, "rope_store")
+    heads, kv_heads, hd, n_ctx = k["heads"], k["kv_heads"], k["head_dim"], 4
+    width = kv_heads * hd
+    q = cp.ones((1, heads * hd), dtype=cp.float32)
     kv = cp.ones((1, width), dtype=cp.float32)
     kc = cp.zeros((n_ctx, width), dtype=cp.uint16)
     vc = cp.zeros((n_ctx, width), dtype=cp.uint16)
-    extra = err_args()
+    table = cp.zeros((n_ctx, k["rope_dims"]), dtype=cp.float32)
     pos = cp.array([n_ctx], dtype=cp.int32)
-    args = (kv, kv, kc, vc, pos, np.uint32(1), np.uint32(n_ctx), *extra)
+    extra = err_args()
+    args = (q, kv, kv, kc, vc, table, pos, np.uint32(1), np.uint32(n_ctx), *extra)
     mod.get_function(k["name"])(grid(k, tokens=1), (k["launch"]["threads"], 1, 1), args)
     cp.cuda.runtime.deviceSynchronize()
-    ok = int(cp.count_nonzero(kc)) == 0
+    ok = int(cp.count_nonzero(kc)) == 0 and bool((cp.asnumpy(q) == 1).all())
     if checked:
         e = cp.asnumpy(extra[0])
-        ok &= e[0] >= 1 and e[1] == i and e[2] == 2
+        ok &= e[0] >= 1 and e[1] == i and e[2] == 3
         results.append((k["name"], "position past the cache", ok, e.tolist()))
     else:
         results.append((k["name"], "position past the cache", ok, "guarded, no fault"))

@@ -111,14 +111,21 @@ pub enum Op {
         /// Epsilon.
         eps: f32,
     },
-    /// In-place rotary embedding of rows of `head_dim` from a host-computed cos/sin table,
-    /// at positions read from a device buffer (so a captured decode step replays as is).
-    Rope {
+    /// Rotary embedding of a window's Q heads (in place) and K heads, and the rotated K
+    /// and V rows stored to the f16 caches at positions from `pos[0]`: one launch for
+    /// everything between the projections and attention. Angles come from a
+    /// host-computed (cos, sin) table; the position from a device buffer, so a captured
+    /// decode step replays as is.
+    RopeStore {
         /// Pairing.
         style: RopeStyle,
+        /// Query heads.
+        heads: u32,
+        /// Key/value heads.
+        kv_heads: u32,
         /// Head length.
         head_dim: u32,
-        /// Leading dimensions that rotate.
+        /// Leading dimensions of each head that rotate.
         rope_dims: u32,
     },
     /// `y[i] = silu(gate[i]) · up[i]` over rows of `n`.
@@ -142,11 +149,6 @@ pub enum Op {
         cols: u32,
         /// Table rows.
         vocab: u32,
-    },
-    /// Appends K and V rows (f32) to the f16 caches at consecutive positions from `pos[0]`.
-    KvStore {
-        /// Row width: KV heads × head length.
-        width: u32,
     },
     /// Decode attention of one query per head (token `t` of a window at `pos[0]`) over the
     /// f16 KV cache, causal (grouped-query).
@@ -179,11 +181,10 @@ impl Op {
             Op::Gemv { .. } => "gemv",
             Op::RmsNorm { .. } => "rmsnorm",
             Op::AddRmsNorm { .. } => "add_rmsnorm",
-            Op::Rope { .. } => "rope",
+            Op::RopeStore { .. } => "rope_store",
             Op::SiluMul { .. } => "silu_mul",
             Op::Add { .. } => "add",
             Op::Embed { .. } => "embed",
-            Op::KvStore { .. } => "kv_store",
             Op::Attention { .. } => "attention",
             Op::Softmax { .. } => "softmax",
             Op::Argmax { .. } => "argmax",
@@ -198,15 +199,15 @@ impl Op {
             Op::Gemv { quant, rows, cols, window } => format!("gemv_{}_{rows}x{cols}_t{window}", q(quant)),
             Op::RmsNorm { n, .. } => format!("rmsnorm_{n}"),
             Op::AddRmsNorm { n, .. } => format!("add_rmsnorm_{n}"),
-            Op::Rope { style, head_dim, rope_dims } => {
+            Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
                 let style = if *style == RopeStyle::Neox { "neox" } else { "normal" };
-                format!("rope_{style}_{head_dim}_{rope_dims}")
+                let partial = if rope_dims == head_dim { String::new() } else { format!("_r{rope_dims}") };
+                format!("rope_store_{style}_{heads}x{kv_heads}x{head_dim}{partial}")
             }
             Op::SiluMul { n } => format!("silu_mul_{n}"),
             Op::Add { n, broadcast: false } => format!("add_{n}"),
             Op::Add { n, broadcast: true } => format!("add_bias_{n}"),
             Op::Embed { quant, cols, vocab } => format!("embed_{}_{vocab}x{cols}", q(quant)),
-            Op::KvStore { width } => format!("kv_store_{width}"),
             Op::Attention { heads, kv_heads, head_dim, .. } => format!("attention_{heads}x{kv_heads}x{head_dim}"),
             Op::Softmax { n } => format!("softmax_{n}"),
             Op::Argmax { n } => format!("argmax_{n}"),
@@ -435,8 +436,13 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         Op::Embed { quant: embd, cols: model.embd, vocab: model.vocab },
         Op::RmsNorm { n: model.embd, eps: model.rms_eps },
         Op::AddRmsNorm { n: model.embd, eps: model.rms_eps },
-        Op::Rope { style, head_dim: model.head_dim_k, rope_dims: model.rope_dims },
-        Op::KvStore { width: model.kv_heads * model.head_dim_k },
+        Op::RopeStore {
+            style,
+            heads: model.heads,
+            kv_heads: model.kv_heads,
+            head_dim: model.head_dim_k,
+            rope_dims: model.rope_dims,
+        },
         Op::Attention {
             heads: model.heads,
             kv_heads: model.kv_heads,

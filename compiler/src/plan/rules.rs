@@ -91,17 +91,22 @@ pub fn kernel(op: Op, target: &Target) -> KernelSpec {
                 vec![scalar("rows", MAX_ROWS)],
             )
         }
-        Op::Rope { head_dim, rope_dims, .. } => {
-            let threads = round_up(rope_dims / 2, wave).min(target.device.max_threads_per_block);
+        Op::RopeStore { heads, kv_heads, head_dim, rope_dims, .. } => {
+            let threads = round_up(head_dim / 2, wave).min(target.device.max_threads_per_block);
+            let width = kv_heads * head_dim;
             (
-                launch([rows("rows"), Dim::Fixed(1), Dim::Fixed(1)], threads, 0),
+                launch([Dim::Fixed(heads + kv_heads), rows("tokens"), Dim::Fixed(1)], threads, 0),
                 Tuning::None {},
                 vec![
-                    buffer("x", Elem::F32, per("rows", *head_dim), true),
+                    buffer("q", Elem::F32, per("tokens", heads * head_dim), true),
+                    buffer("k", Elem::F32, per("tokens", width), false),
+                    buffer("v", Elem::F32, per("tokens", width), false),
+                    buffer("k_cache", Elem::F16, per("n_ctx", width), true),
+                    buffer("v_cache", Elem::F16, per("n_ctx", width), true),
                     buffer("cos_sin", Elem::F32, per("n_ctx", *rope_dims), false),
                     buffer("pos", Elem::I32, Extent::Fixed(1), false),
                 ],
-                vec![scalar("rows", MAX_ROWS), scalar("heads", 1024), scalar("n_ctx", MAX_CONTEXT)],
+                vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
             )
         }
         Op::SiluMul { n } | Op::Add { n, .. } => {
@@ -137,21 +142,6 @@ pub fn kernel(op: Op, target: &Target) -> KernelSpec {
                     buffer("y", Elem::F32, per("tokens", *cols), true),
                 ],
                 vec![scalar("tokens", MAX_TOKENS)],
-            )
-        }
-        Op::KvStore { width } => {
-            let threads = ELEMENTWISE_THREADS.min(round_up(*width, wave));
-            (
-                launch([Dim::Fixed(width.div_ceil(threads)), rows("tokens"), Dim::Fixed(1)], threads, 0),
-                Tuning::None {},
-                vec![
-                    buffer("k", Elem::F32, per("tokens", *width), false),
-                    buffer("v", Elem::F32, per("tokens", *width), false),
-                    buffer("k_cache", Elem::F16, per("n_ctx", *width), true),
-                    buffer("v_cache", Elem::F16, per("n_ctx", *width), true),
-                    buffer("pos", Elem::I32, Extent::Fixed(1), false),
-                ],
-                vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
             )
         }
         Op::Attention { heads, kv_heads, head_dim, .. } => {

@@ -96,21 +96,18 @@ impl Cpu {
                 outputs.push(("y", f32_bytes(&rmsnorm(&sum, &floats(input("w"), n), n, *eps))));
                 outputs.push(("sum", f32_bytes(&sum)));
             }
-            Op::Rope { style, head_dim, rope_dims } => {
-                let (hd, rd) = (*head_dim as usize, *rope_dims as usize);
-                let (rows, heads, n_ctx) =
-                    (scalar("rows") as usize, scalar("heads").max(1) as usize, scalar("n_ctx") as usize);
+            Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
+                let (heads, kv, hd, rd) =
+                    (*heads as usize, *kv_heads as usize, *head_dim as usize, *rope_dims as usize);
+                let (tokens, n_ctx) = (scalar("tokens") as usize, scalar("n_ctx") as usize);
                 let pos0 = ints(input("pos"), 1)[0] as usize;
                 let table = floats(input("cos_sin"), n_ctx * rd);
-                let mut x = floats(input("x"), rows * hd);
-                for r in 0..rows {
-                    let pos = pos0 + r / heads;
-                    if pos >= n_ctx {
-                        continue;
-                    }
-                    let h = &mut x[r * hd..(r + 1) * hd];
+                let mut q = floats(input("q"), tokens * heads * hd);
+                let mut k = floats(input("k"), tokens * kv * hd);
+                let v = floats(input("v"), tokens * kv * hd);
+                let rotate = |h: &mut [f32], p: usize| {
                     for i in 0..rd / 2 {
-                        let (c, s) = (table[pos * rd + 2 * i], table[pos * rd + 2 * i + 1]);
+                        let (c, s) = (table[p * rd + 2 * i], table[p * rd + 2 * i + 1]);
                         let (a, b) = match style {
                             RopeStyle::Normal => (2 * i, 2 * i + 1),
                             RopeStyle::Neox => (i, i + rd / 2),
@@ -119,8 +116,22 @@ impl Cpu {
                         h[a] = x0 * c - x1 * s;
                         h[b] = x0 * s + x1 * c;
                     }
+                };
+                let width = kv * hd;
+                for t in 0..tokens.min(n_ctx.saturating_sub(pos0)) {
+                    let p = pos0 + t;
+                    q[t * heads * hd..(t + 1) * heads * hd].chunks_exact_mut(hd).for_each(|h| rotate(h, p));
+                    k[t * width..(t + 1) * width].chunks_exact_mut(hd).for_each(|h| rotate(h, p));
+                    for (name, src) in [("k_cache", &k), ("v_cache", &v)] {
+                        let (id, offset) =
+                            target(name).ok_or_else(|| RunError::Other(format!("rope_store: no {name}")))?;
+                        let row = &mut self.buffers[id.0][offset + 2 * p * width..offset + 2 * (p + 1) * width];
+                        for (out, x) in row.chunks_exact_mut(2).zip(&src[t * width..(t + 1) * width]) {
+                            out.copy_from_slice(&f16::from_f32(*x).to_le_bytes());
+                        }
+                    }
                 }
-                outputs.push(("x", f32_bytes(&x)));
+                outputs.push(("q", f32_bytes(&q)));
             }
             Op::SiluMul { n } => {
                 let len = *n as usize * scalar("tokens") as usize;
@@ -150,21 +161,6 @@ impl Cpu {
                     }
                 }
                 outputs.push(("y", f32_bytes(&y)));
-            }
-            Op::KvStore { width } => {
-                let (width, tokens, n_ctx) = (*width as usize, scalar("tokens") as usize, scalar("n_ctx") as usize);
-                let pos0 = ints(input("pos"), 1)[0] as usize;
-                let (k, v) = (floats(input("k"), tokens * width), floats(input("v"), tokens * width));
-                for (name, src) in [("k_cache", k), ("v_cache", v)] {
-                    let (id, offset) = target(name).ok_or_else(|| RunError::Other(format!("kv_store: no {name}")))?;
-                    let cache = &mut self.buffers[id.0][offset..];
-                    for t in 0..tokens.min(n_ctx.saturating_sub(pos0)) {
-                        for i in 0..width {
-                            let at = 2 * ((pos0 + t) * width + i);
-                            cache[at..at + 2].copy_from_slice(&f16::from_f32(src[t * width + i]).to_le_bytes());
-                        }
-                    }
-                }
             }
             Op::Attention { heads, kv_heads, head_dim, scale } => {
                 let (heads, kv_heads, hd) = (*heads as usize, *kv_heads as usize, *head_dim as usize);

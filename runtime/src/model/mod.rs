@@ -361,24 +361,6 @@ impl Model {
         self.backend.call(&spec, &[("a", a), ("b", b), ("y", y), ("tokens", Arg::U32(tokens))])
     }
 
-    /// Rotates `rows` rows of head length in place; row r belongs to token r / heads.
-    fn rope(&mut self, x: Arg, rows: u32, heads: u32) -> Result<(), RunError> {
-        let style = if self.desc.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
-        let op = Op::Rope { style, head_dim: self.desc.head_dim_k, rope_dims: self.desc.rope_dims };
-        let spec = self.kernels.get(&op)?;
-        self.backend.call(
-            &spec,
-            &[
-                ("x", x),
-                ("cos_sin", Arg::Buf(self.s.cos_sin, 0)),
-                ("pos", Arg::Buf(self.s.pos, 0)),
-                ("rows", Arg::U32(rows)),
-                ("heads", Arg::U32(heads)),
-                ("n_ctx", Arg::U32(self.n_ctx)),
-            ],
-        )
-    }
-
     /// Queues the forward pass of `t` tokens whose ids are already in `ids` and first
     /// position in the `pos` buffer.
     fn enqueue(&mut self, ids: BufferId, t: u32, logits: Logits) -> Result<(), RunError> {
@@ -400,7 +382,14 @@ impl Model {
             head_dim: d.head_dim_k,
             scale: 1.0 / (d.head_dim_k as f32).sqrt(),
         })?;
-        let kv_store = self.kernels.get(&Op::KvStore { width: kd })?;
+        let style = if d.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
+        let rope_store = self.kernels.get(&Op::RopeStore {
+            style,
+            heads: d.heads,
+            kv_heads: d.kv_heads,
+            head_dim: d.head_dim_k,
+            rope_dims: d.rope_dims,
+        })?;
         let silu = self.kernels.get(&Op::SiluMul { n: d.ffn })?;
         let mut cur = 0;
         self.rmsnorm(d.embd, buf(x[0]), self.layers[0].attn_norm, buf(h), t)?;
@@ -436,21 +425,15 @@ impl Model {
                 }
                 _ => (q, k),
             };
-            // One token's Q and K heads side by side rotate in one launch.
-            let adjacent = matches!((q, k), (Arg::Buf(a, i), Arg::Buf(b, j)) if a == b && j == i + qd as usize * 4);
-            if t == 1 && adjacent {
-                self.rope(q, d.heads + d.kv_heads, d.heads + d.kv_heads)?;
-            } else {
-                self.rope(q, t * d.heads, d.heads)?;
-                self.rope(k, t * d.kv_heads, d.kv_heads)?;
-            }
             self.backend.call(
-                &kv_store,
+                &rope_store,
                 &[
+                    ("q", q),
                     ("k", k),
                     ("v", v),
                     ("k_cache", buf(ly.k_cache)),
                     ("v_cache", buf(ly.v_cache)),
+                    ("cos_sin", buf(self.s.cos_sin)),
                     ("pos", buf(pos)),
                     ("tokens", Arg::U32(t)),
                     ("n_ctx", Arg::U32(self.n_ctx)),
