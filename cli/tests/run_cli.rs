@@ -152,6 +152,25 @@ fn score_prints_the_top_logits_of_every_position_as_json() {
 }
 
 #[test]
+fn perplexity_of_a_text_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = synth(dir.path(), "tiny-llama", "llama.gguf");
+    let file = dir.path().join("text.txt");
+    std::fs::write(&file, "the quick brown fox jumps over the lazy dog. ".repeat(4)).expect("write");
+    let file = file.to_str().expect("utf-8");
+    let o = run(&["perplexity", "--pack", &pack, "--backend", "cpu", "--file", file, "--window", "64"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let ppl: f64 = out.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("a number");
+    // Random weights over a 256-token byte vocabulary: finite and near the vocabulary size.
+    assert!(ppl.is_finite() && ppl > 1.0, "{out}");
+    assert!(out.contains("over 62 tokens (windows of 64)"), "{out}");
+    let o = run(&["perplexity", "--pack", &pack, "--backend", "cpu", "--file", file, "--window", "4096"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("perplexity needs at least one window"), "{}", text(&o.stderr));
+}
+
+#[test]
 fn selftest_needs_a_gpu() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pack = synth(dir.path(), "tiny-llama", "llama.gguf");
