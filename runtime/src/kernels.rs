@@ -50,11 +50,4 @@ impl Kernels {
     pub fn has(&self, op: &Op) -> bool {
         self.on_demand.is_some() || self.by_name.contains_key(&op.kernel_name())
     }
-
-    /// Every record, sorted by name.
-    pub fn all(&self) -> Vec<&KernelSpec> {
-        let mut v: Vec<&KernelSpec> = self.by_name.values().collect();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
-    }
 }
