@@ -87,6 +87,17 @@ if [ -f "$model" ]; then
     echo "== speed: strata-run bench beside llama-bench, same GGUF =="
     "$run" bench --pack "$model" --artifacts "$dev/art-run/smollm2-sm_90" -p 512 -n 128 -r 3 2>/dev/null | tee "$OUT/bench-strata.txt"
     record "strata SmolLM2 Q4_1 sm_90" "$(cat "$OUT/bench-strata.txt" | cut -d'(' -f1)"
+    echo "== strata-run serve: concurrent streams =="
+    "$run" serve --pack "$model" --artifacts "$dev/art-run/smollm2-sm_90" --parallel 8 --port 18080 --ctx 1024 \
+        >"$OUT/serve.log" 2>&1 &
+    serve_pid=$!
+    for _ in $(seq 120); do grep -q '^ready' "$OUT/serve.log" && break; sleep 0.5; done
+    for clients in 1 8; do
+        line=$(python3 scripts/device/serve_bench.py http://127.0.0.1:18080 $clients 256)
+        echo "$line"
+        record "serve SmolLM2 sm_90, $clients stream(s)" "$(cut -d= -f2 <<<"$line")"
+    done
+    kill $serve_pid 2>/dev/null
     llb=/tmp/llb/bin/llama-bench
     if [ -x "$llb" ]; then
         "$llb" -m "$model" -ngl 99 -fa 1 -p 512 -n 128 -r 3 -o md 2>/dev/null | tee "$OUT/bench-llama.txt"

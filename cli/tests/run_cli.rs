@@ -1,7 +1,7 @@
 //! `strata-run` as users call it: real processes on real packs, on the CPU backend (CI
 //! has no GPU; the GPU paths are exercised by scripts/device-check.sh).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn run(args: &[&str]) -> Output {
@@ -21,14 +21,6 @@ fn synth(dir: &Path, preset: &str, name: &str) -> String {
         .expect("runs");
     assert!(o.status.success(), "{}", text(&o.stderr));
     out.to_string()
-}
-
-fn default_model() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from)?;
-    let path = home.join(".cache/strata/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let required = std::env::var("STRATA_REQUIRE").as_deref() == Ok("1");
-    assert!(path.exists() || !required, "{} is missing (scripts/fetch-model.sh)", path.display());
-    path.exists().then_some(path)
 }
 
 #[test]
@@ -106,7 +98,7 @@ fn bad_input_gets_one_clear_line() {
 
 #[test]
 fn score_prints_the_top_logits_of_every_position_as_json() {
-    let Some(model) = default_model() else { return };
+    let Some(model) = strata_tests::smollm2() else { return };
     let model = model.to_str().expect("utf-8");
     let o = run(&[
         "score",

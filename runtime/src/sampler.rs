@@ -26,6 +26,12 @@ pub struct SamplerConfig {
     pub repeat_penalty: f32,
     /// How many of the most recent history tokens the penalty looks at; `0` is off.
     pub repeat_last_n: usize,
+    /// Subtracted once from the logit of every token already generated (OpenAI's
+    /// `presence_penalty`); `0` is off.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it was generated (OpenAI's
+    /// `frequency_penalty`); `0` is off.
+    pub frequency_penalty: f32,
     /// Seeds the `ChaCha20` generator so a run can be reproduced exactly.
     pub seed: u64,
 }
@@ -33,7 +39,17 @@ pub struct SamplerConfig {
 impl Default for SamplerConfig {
     /// llama.cpp's defaults, so out-of-the-box output feels like the reference implementation.
     fn default() -> Self {
-        Self { temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+        Self {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: 0,
+        }
     }
 }
 
@@ -72,24 +88,50 @@ impl Sampler {
     /// Whether [`Sampler::sample`] is exactly the argmax of the raw logits (greedy and no
     /// repetition penalty), so callers may use the device argmax and skip the logits download.
     pub fn is_greedy(&self) -> bool {
-        self.cfg.is_greedy() && (self.cfg.repeat_penalty == 1.0 || self.cfg.repeat_last_n == 0)
+        self.cfg.is_greedy() && !self.penalises()
+    }
+
+    fn penalises(&self) -> bool {
+        (self.cfg.repeat_penalty != 1.0 && self.cfg.repeat_last_n > 0)
+            || self.cfg.presence_penalty != 0.0
+            || self.cfg.frequency_penalty != 0.0
+    }
+
+    /// [`Sampler::sample_with`] without presence or frequency penalties' history.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        self.sample_with(logits, history, &[])
     }
 
     /// Picks the next token from logits; `history` is the tokens so far (for the repetition
     /// penalty, llama.cpp style: positive logits divided, negative multiplied, over the last
-    /// `repeat_last_n` distinct tokens). Returns 0 for empty logits rather than panicking.
-    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+    /// `repeat_last_n` distinct tokens), and `generated` the tokens generated so far (for
+    /// the presence and frequency penalties). Returns 0 for empty logits rather than
+    /// panicking.
+    pub fn sample_with(&mut self, logits: &[f32], history: &[u32], generated: &[u32]) -> u32 {
         if logits.is_empty() {
             return 0;
         }
         let penalise = self.cfg.repeat_penalty != 1.0 && self.cfg.repeat_last_n > 0 && !history.is_empty();
-        if self.cfg.is_greedy() && !penalise {
+        let openai = (self.cfg.presence_penalty != 0.0 || self.cfg.frequency_penalty != 0.0) && !generated.is_empty();
+        if self.cfg.is_greedy() && !penalise && !openai {
             return argmax(logits);
         }
 
         let cands = &mut self.cands;
         cands.clear();
         cands.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, sanitize(l))));
+
+        if openai {
+            let mut counts = std::collections::HashMap::<u32, u32>::new();
+            for &t in generated {
+                *counts.entry(t).or_default() += 1;
+            }
+            for (t, n) in counts {
+                if let Some(c) = cands.get_mut(t as usize) {
+                    c.1 -= self.cfg.presence_penalty + self.cfg.frequency_penalty * n as f32;
+                }
+            }
+        }
 
         if penalise {
             let start = history.len().saturating_sub(self.cfg.repeat_last_n);
@@ -393,6 +435,21 @@ mod tests {
         let mut s = Sampler::new(cfg(100.0, 0, 1.0, 0.0));
         let tail = (0..2000).filter(|_| s.sample(&l, &[]) >= 2).count();
         assert!(tail > 500, "{tail}");
+    }
+
+    #[test]
+    fn presence_and_frequency_penalties_follow_openai() {
+        let l = [2.0, 1.5, -3.0];
+        let presence = SamplerConfig { presence_penalty: 0.6, ..SamplerConfig::greedy() };
+        let mut s = Sampler::new(presence);
+        assert!(!s.is_greedy(), "penalties need the logits");
+        // 2.0 - 0.6 = 1.4 < 1.5, however often token 0 was generated.
+        assert_eq!(s.sample_with(&l, &[], &[0]), 1);
+        assert_eq!(s.sample_with(&l, &[], &[]), 0, "nothing generated yet: no penalty");
+        // Frequency scales with the count: 2.0 - 2 * 0.2 = 1.6 > 1.5, 2.0 - 3 * 0.2 = 1.4 < 1.5.
+        let mut f = Sampler::new(SamplerConfig { frequency_penalty: 0.2, ..SamplerConfig::greedy() });
+        assert_eq!(f.sample_with(&l, &[], &[0, 0]), 0);
+        assert_eq!(f.sample_with(&l, &[], &[0, 0, 0]), 1);
     }
 
     #[test]

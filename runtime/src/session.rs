@@ -3,6 +3,7 @@
 //! line and the server both start here.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use strata_compiler::artifacts::Stage;
@@ -59,6 +60,8 @@ pub struct OpenOptions {
     pub selftest: SelfTest,
     /// How long one kernel may run before it counts as a hang.
     pub deadline: Duration,
+    /// Sequences held at once (KV caches), for serving several clients.
+    pub slots: usize,
 }
 
 impl Default for OpenOptions {
@@ -70,6 +73,7 @@ impl Default for OpenOptions {
             prefill: 64,
             selftest: SelfTest::Auto,
             deadline: Duration::from_secs(10),
+            slots: 1,
         }
     }
 }
@@ -94,8 +98,8 @@ pub enum Event<'a> {
 pub struct Session {
     /// The model on its backend.
     pub model: Model,
-    /// The pack's tokenizer.
-    pub tokenizer: Tokenizer,
+    /// The pack's tokenizer (shared: a server tokenizes on other threads).
+    pub tokenizer: Arc<Tokenizer>,
     /// The device.
     pub device: DeviceInfo,
     /// The artifacts in use (none on the CPU).
@@ -172,6 +176,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
         let kernels = Kernels::compiled(art.manifest.kernels.iter().map(|k| k.spec.clone()));
         (kernels, opts.prefill.clamp(1, compiled), Some(art))
     };
-    let model = Model::load(&pack, backend, kernels, n_ctx, window, &mut |d, t| report(Event::Upload(d, t)))?;
-    Ok(Session { model, tokenizer, device, artifacts: art })
+    let model =
+        Model::load(&pack, backend, kernels, n_ctx, window, opts.slots, &mut |d, t| report(Event::Upload(d, t)))?;
+    Ok(Session { model, tokenizer: Arc::new(tokenizer), device, artifacts: art })
 }

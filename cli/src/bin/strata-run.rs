@@ -98,6 +98,27 @@ enum Command {
         #[arg(short = 'r', long, default_value_t = 3)]
         reps: usize,
     },
+    /// Serves an OpenAI-compatible API (`/v1/chat/completions`, `/v1/completions`,
+    /// `/v1/models`, `/health`, `/metrics`).
+    Serve {
+        #[command(flatten)]
+        open: OpenArgs,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Port (0: any free port).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Require `Authorization: Bearer KEY` on /v1/*.
+        #[arg(long)]
+        api_key: Option<String>,
+        /// Requests decoded at once (each has its own KV cache of --ctx positions).
+        #[arg(long, default_value_t = 4)]
+        parallel: usize,
+        /// Largest request body in bytes.
+        #[arg(long, default_value_t = 4 << 20, hide = true)]
+        body_limit: usize,
+    },
     /// Self-tests every kernel of the artifacts on the device and prints a table.
     Selftest {
         #[command(flatten)]
@@ -162,8 +183,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn open(args: &OpenArgs, selftest: SelfTest, verbose_selftest: bool) -> Result<Session> {
-    let opts = OpenOptions {
+fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOptions {
+    OpenOptions {
         backend: match args.backend {
             BackendArg::Auto => BackendChoice::Auto,
             BackendArg::Cpu => BackendChoice::Cpu,
@@ -175,7 +196,12 @@ fn open(args: &OpenArgs, selftest: SelfTest, verbose_selftest: bool) -> Result<S
         prefill: args.prefill,
         selftest,
         deadline: Duration::from_secs_f64(args.deadline.max(0.001)),
-    };
+        slots,
+    }
+}
+
+fn open(args: &OpenArgs, selftest: SelfTest, verbose_selftest: bool, slots: usize) -> Result<Session> {
+    let opts = open_options(args, selftest, slots);
     let bar = ProgressBar::hidden();
     let mut tested = 0usize;
     let session = session::open(&args.pack, &opts, &mut |event| match event {
@@ -254,7 +280,7 @@ fn run(cli: Cli) -> Result<()> {
             stop,
             ignore_eos,
         } => {
-            let mut s = open(&o, SelfTest::Auto, false)?;
+            let mut s = open(&o, SelfTest::Auto, false, 1)?;
             let tokens = prompt_tokens(&s, &prompt)?;
             let mut sampler = Sampler::new(SamplerConfig {
                 temperature,
@@ -294,7 +320,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Score { open: o, prompt, top_k, json: _ } => {
-            let mut s = open(&o, SelfTest::Auto, false)?;
+            let mut s = open(&o, SelfTest::Auto, false, 1)?;
             let tokens = prompt_tokens(&s, &prompt)?;
             let scored = generate::score(&mut s, &tokens, top_k)?;
             let positions: Vec<serde_json::Value> =
@@ -303,7 +329,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Perplexity { open: o, file, window } => {
-            let mut s = open(&o, SelfTest::Auto, false)?;
+            let mut s = open(&o, SelfTest::Auto, false, 1)?;
             let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
             let tokens = s.tokenizer.encode(&text, false);
             let (ppl, scored) = generate::perplexity(&mut s, &tokens, window)?;
@@ -311,7 +337,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Bench { open: o, prompt_tokens, gen_tokens, reps } => {
-            let mut s = open(&o, SelfTest::Auto, false)?;
+            let mut s = open(&o, SelfTest::Auto, false, 1)?;
             let (pp, tg) = generate::bench(&mut s, prompt_tokens, gen_tokens, reps)?;
             println!(
                 "pp{prompt_tokens} {pp:.1} t/s  tg{gen_tokens} {tg:.1} t/s  ({}, window {})",
@@ -320,9 +346,28 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Command::Serve { open: o, host, port, api_key, parallel, body_limit } => {
+            if parallel == 0 {
+                bail!("--parallel must be at least 1");
+            }
+            let config = strata_server::Config {
+                pack: o.pack.clone(),
+                open: open_options(&o, SelfTest::Auto, parallel),
+                host,
+                port,
+                api_key,
+                body_limit,
+            };
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(strata_server::serve(config, |line| {
+                println!("{line}");
+                let _ = std::io::stdout().flush();
+            }))?;
+            Ok(())
+        }
         Command::Selftest { open: o } => {
             println!("{:<44} {:>4} {:>10} {:>9} {:>12}", "kernel", "", "max error", "tolerance", "time");
-            let s = open(&o, SelfTest::Always, true)?;
+            let s = open(&o, SelfTest::Always, true, 1)?;
             if s.device.backend == "cpu" {
                 bail!("the self-test compares a GPU backend with the CPU reference; no GPU backend was found");
             }

@@ -62,8 +62,6 @@ struct Layer {
     qkv: Option<Weight>,
     /// Gate and up stacked, likewise.
     gate_up: Option<Weight>,
-    k_cache: BufferId,
-    v_cache: BufferId,
 }
 
 /// Scratch buffers for a window of up to `window` tokens.
@@ -101,24 +99,29 @@ pub struct Model {
     s: Scratch,
     n_ctx: u32,
     window: u32,
-    /// Tokens in the KV cache.
-    pos: u32,
-    /// The captured one-token decode step.
-    decode_graph: Option<GraphId>,
-    /// The token in `next[0]` on the device, as last read back.
-    on_device: Option<u32>,
+    /// Per sequence slot, per layer: the K and V caches.
+    caches: Vec<Vec<(BufferId, BufferId)>>,
+    /// The slot forward passes run on.
+    slot: usize,
+    /// Per slot: tokens in its KV cache.
+    pos: Vec<u32>,
+    /// Per slot: the captured one-token decode step (it bakes in the slot's caches).
+    decode_graph: Vec<Option<GraphId>>,
+    /// The (slot, token) in `next[0]` on the device, as last read back.
+    on_device: Option<(usize, u32)>,
 }
 
 impl Model {
-    /// Uploads the pack's weights to `backend` and allocates a KV cache of `n_ctx`
-    /// positions and scratch for windows of up to `window` tokens. `progress` sees bytes
-    /// uploaded and the total.
+    /// Uploads the pack's weights to `backend` and allocates `slots` KV caches (one per
+    /// concurrent sequence) of `n_ctx` positions and scratch for windows of up to
+    /// `window` tokens. `progress` sees bytes uploaded and the total.
     pub fn load(
         pack: &Pack,
         mut backend: Box<dyn Backend>,
         kernels: Kernels,
         n_ctx: u32,
         window: u32,
+        slots: usize,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Model, RunError> {
         let desc = ModelDesc::from_pack(pack).map_err(|e| RunError::Other(e.to_string()))?;
@@ -129,8 +132,8 @@ impl Model {
                 desc.family.arch()
             )));
         }
-        if n_ctx == 0 || window == 0 {
-            return Err(RunError::Other("context and window must be at least 1".into()));
+        if n_ctx == 0 || window == 0 || slots == 0 {
+            return Err(RunError::Other("context, window and slots must be at least 1".into()));
         }
         let total: u64 = pack.tensors().iter().map(|t| t.bytes).sum();
         let b = backend.as_mut();
@@ -169,8 +172,6 @@ impl Model {
                 down: up.one(b, &n("ffn_down"))?,
                 qkv: qkv.as_ref().map(|p| p[3]),
                 gate_up: gate_up.as_ref().map(|p| p[2]),
-                k_cache: b.alloc(n_ctx as usize * kv_width * 2)?,
-                v_cache: b.alloc(n_ctx as usize * kv_width * 2)?,
             });
         }
         let w = window as usize;
@@ -197,6 +198,10 @@ impl Model {
             next: f32s(b, w)?,
             cos_sin: f32s(b, n_ctx as usize * desc.rope_dims as usize)?,
         };
+        let cache_bytes = n_ctx as usize * kv_width * 2;
+        let caches = (0..slots)
+            .map(|_| (0..desc.layers).map(|_| Ok((b.alloc(cache_bytes)?, b.alloc(cache_bytes)?))).collect())
+            .collect::<Result<Vec<Vec<_>>, RunError>>()?;
         let table = rope::table(n_ctx, desc.rope_dims, desc.rope_base);
         b.write(s.cos_sin, 0, &table)?;
         Ok(Model {
@@ -210,8 +215,10 @@ impl Model {
             s,
             n_ctx,
             window,
-            pos: 0,
-            decode_graph: None,
+            caches,
+            slot: 0,
+            pos: vec![0; slots],
+            decode_graph: vec![None; slots],
             on_device: None,
         })
     }
@@ -221,9 +228,23 @@ impl Model {
         self.n_ctx
     }
 
-    /// Tokens in the KV cache.
+    /// Tokens in the current slot's KV cache.
     pub fn pos(&self) -> u32 {
-        self.pos
+        self.pos[self.slot]
+    }
+
+    /// Sequence slots (KV caches).
+    pub fn slots(&self) -> usize {
+        self.pos.len()
+    }
+
+    /// Makes `slot` the sequence later calls run on.
+    pub fn select(&mut self, slot: usize) -> Result<(), RunError> {
+        if slot >= self.pos.len() {
+            return Err(RunError::Other(format!("slot {slot} of {}", self.pos.len())));
+        }
+        self.slot = slot;
+        Ok(())
     }
 
     /// Largest window a single forward pass takes.
@@ -236,9 +257,9 @@ impl Model {
         self.backend.as_mut()
     }
 
-    /// Empties the KV cache (a new sequence).
+    /// Empties the current slot's KV cache (a new sequence).
     pub fn reset(&mut self) {
-        self.pos = 0;
+        self.pos[self.slot] = 0;
     }
 
     /// Runs `tokens` (at most [`Model::window`]) at the next positions and leaves the
@@ -248,33 +269,35 @@ impl Model {
         if t == 0 || t > self.window {
             return Err(RunError::Other(format!("a forward pass takes 1 to {} tokens, not {t}", self.window)));
         }
-        if self.pos + t > self.n_ctx {
+        let pos = self.pos[self.slot];
+        if pos + t > self.n_ctx {
             return Err(RunError::Other(format!(
-                "the context is full: {} + {t} tokens exceed --ctx {}",
-                self.pos, self.n_ctx
+                "the context is full: {pos} + {t} tokens exceed --ctx {}",
+                self.n_ctx
             )));
         }
         let ids: Vec<u8> = tokens.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
         self.backend.write(self.s.ids, 0, &ids)?;
-        self.backend.write(self.s.pos, 0, &(self.pos as i32).to_le_bytes())?;
+        self.backend.write(self.s.pos, 0, &(pos as i32).to_le_bytes())?;
         self.enqueue(self.s.ids, t, logits)?;
-        self.pos += t;
+        self.pos[self.slot] += t;
         Ok(())
     }
 
     /// Decodes one token and returns the greedy next token, reading back only its id.
     /// The step is captured on first use and replayed after.
     pub fn decode_greedy(&mut self, token: u32) -> Result<u32, RunError> {
-        if self.pos >= self.n_ctx {
-            return Err(RunError::Other(format!("the context is full: {} tokens (--ctx {})", self.pos, self.n_ctx)));
+        let (slot, pos) = (self.slot, self.pos[self.slot]);
+        if pos >= self.n_ctx {
+            return Err(RunError::Other(format!("the context is full: {pos} tokens (--ctx {})", self.n_ctx)));
         }
         // The step reads its token from where the last argmax left it: when it is that
         // token (greedy decoding), only the position travels to the device.
-        if self.on_device != Some(token) {
+        if self.on_device != Some((slot, token)) {
             self.backend.write(self.s.next, 0, &(token as i32).to_le_bytes())?;
         }
-        self.backend.write(self.s.pos, 0, &(self.pos as i32).to_le_bytes())?;
-        let graph = match self.decode_graph {
+        self.backend.write(self.s.pos, 0, &(pos as i32).to_le_bytes())?;
+        let graph = match self.decode_graph[slot] {
             Some(g) => g,
             None => {
                 self.backend.begin_capture()?;
@@ -282,16 +305,16 @@ impl Model {
                 let graph = self.backend.end_capture();
                 queued?;
                 let g = graph?;
-                self.decode_graph = Some(g);
+                self.decode_graph[slot] = Some(g);
                 g
             }
         };
         self.backend.replay(graph)?;
-        self.pos += 1;
+        self.pos[slot] += 1;
         let mut out = [0u8; 4];
         self.backend.read(self.s.next, 0, &mut out)?;
         let next = i32::from_le_bytes(out) as u32;
-        self.on_device = Some(next);
+        self.on_device = Some((slot, next));
         Ok(next)
     }
 
@@ -301,7 +324,7 @@ impl Model {
         let mut out = vec![0u8; rows as usize * 4];
         self.backend.read(self.s.next, 0, &mut out)?;
         let ids: Vec<u32> = out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect();
-        self.on_device = ids.first().copied();
+        self.on_device = ids.first().map(|&id| (self.slot, id));
         Ok(ids)
     }
 
@@ -395,6 +418,7 @@ impl Model {
         self.rmsnorm(d.embd, buf(x[0]), self.layers[0].attn_norm, buf(h), t)?;
         for l in 0..self.layers.len() {
             let ly = self.layers[l];
+            let (k_cache, v_cache) = self.caches[self.slot][l];
             // Here h holds the attention norm of the residual stream x[cur].
             // Q, K, V: one stacked product when decoding, where the pack allows.
             let (q, k, v) = match ly.qkv {
@@ -431,8 +455,8 @@ impl Model {
                     ("q", q),
                     ("k", k),
                     ("v", v),
-                    ("k_cache", buf(ly.k_cache)),
-                    ("v_cache", buf(ly.v_cache)),
+                    ("k_cache", buf(k_cache)),
+                    ("v_cache", buf(v_cache)),
                     ("cos_sin", buf(self.s.cos_sin)),
                     ("pos", buf(pos)),
                     ("tokens", Arg::U32(t)),
@@ -446,8 +470,8 @@ impl Model {
                     &attention,
                     &[
                         ("q", Arg::Buf(q_buf, q_off + row)),
-                        ("k_cache", buf(ly.k_cache)),
-                        ("v_cache", buf(ly.v_cache)),
+                        ("k_cache", buf(k_cache)),
+                        ("v_cache", buf(v_cache)),
                         ("out", Arg::Buf(attn, row)),
                         ("pos", buf(pos)),
                         ("t", Arg::U32(i)),

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Aggregate decode speed of `strata-run serve` with N concurrent streaming clients.
+
+    python3 serve_bench.py http://127.0.0.1:8080 CLIENTS MAX_TOKENS
+
+Each client streams a plain completion (temperature 0, a different prompt each) with
+usage included; the figure is all completion tokens (counted by the server) over the
+wall time from the first request to the last [DONE]. Standard library only.
+"""
+import http.client
+import json
+import sys
+import threading
+import time
+import urllib.parse
+
+url, clients, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+host = urllib.parse.urlparse(url)
+results = [None] * clients
+
+
+def client(i):
+    conn = http.client.HTTPConnection(host.hostname, host.port, timeout=600)
+    body = json.dumps({
+        "prompt": f"Story {i}: Once upon a time, in a land far away,",
+        "max_tokens": max_tokens, "temperature": 0, "stream": True,
+        "stream_options": {"include_usage": True},
+    })
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    tokens = 0
+    for line in resp:
+        line = line.decode().strip()
+        if line.startswith("data: ") and line != "data: [DONE]":
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    results[i] = tokens
+
+
+start = time.time()
+threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+wall = time.time() - start
+total = sum(r or 0 for r in results)
+print(f"{clients} clients: {total} tokens in {wall:.2f} s = {total / wall:.1f} t/s aggregate")

@@ -1,0 +1,242 @@
+//! The engine: one thread owns the model and serves up to `slots` sequences at once, one
+//! token per sequence per turn (a fair round robin), with a first-come queue beyond
+//! that. A request whose client went away is dropped before its next token.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
+
+use strata_runtime::backend::RunError;
+use strata_runtime::generate;
+use strata_runtime::model::Logits;
+use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher, top_k};
+use strata_runtime::session::Session;
+use strata_runtime::tokenizer::StreamDecoder;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::metrics::Metrics;
+
+/// One generation request, tokenized and validated.
+pub struct Job {
+    /// Prompt tokens.
+    pub prompt: Vec<u32>,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Sampling settings.
+    pub sampler: SamplerConfig,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Alternatives to report per token (`Some(0)`: only the chosen token's log-probability).
+    pub logprobs: Option<usize>,
+    /// Where events go; dropped by the client side when it disconnects.
+    pub events: UnboundedSender<Event>,
+}
+
+/// A log-probability report for one generated token.
+#[derive(Clone, Debug)]
+pub struct TokenLogprob {
+    /// The token's bytes.
+    pub bytes: Vec<u8>,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely alternatives: (bytes, log-probability), best first.
+    pub top: Vec<(Vec<u8>, f32)>,
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// End of generation or a stop string.
+    Stop,
+    /// `max_tokens` or the context.
+    Length,
+}
+
+impl Finish {
+    /// OpenAI's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
+/// What a request hears back.
+#[derive(Debug)]
+pub enum Event {
+    /// Text of one token (possibly empty while UTF-8 or a stop string is pending).
+    Token {
+        /// Text to append.
+        text: String,
+        /// When log-probabilities were asked for.
+        logprob: Option<TokenLogprob>,
+    },
+    /// The end, with exact token counts.
+    Done {
+        /// Why.
+        finish: Finish,
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Generated tokens (end-of-generation tokens not counted).
+        completion_tokens: usize,
+    },
+    /// The request failed on the device.
+    Error(String),
+}
+
+/// A request in a slot.
+struct Active {
+    job: Job,
+    sampler: Sampler,
+    decoder: StreamDecoder,
+    stops: StopMatcher,
+    /// Prompt and generated tokens.
+    history: Vec<u32>,
+    generated: Vec<u32>,
+    /// The next token, computed but not yet reported.
+    next: Option<(u32, Option<TokenLogprob>)>,
+    started: Instant,
+}
+
+impl Active {
+    fn new(job: Job) -> Active {
+        Active {
+            sampler: Sampler::new(job.sampler.clone()),
+            decoder: StreamDecoder::new(),
+            stops: StopMatcher::new(job.stop.clone()),
+            history: job.prompt.clone(),
+            generated: Vec::new(),
+            next: None,
+            started: Instant::now(),
+            job,
+        }
+    }
+
+    fn finish(&mut self, finish: Finish) {
+        let tail = self.stops.finish();
+        if !tail.is_empty() {
+            let _ = self.job.events.send(Event::Token { text: tail, logprob: None });
+        }
+        let _ = self.job.events.send(Event::Done {
+            finish,
+            prompt_tokens: self.job.prompt.len(),
+            completion_tokens: self.generated.len(),
+        });
+    }
+}
+
+/// Serves jobs from `jobs` until every sender is gone.
+pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
+    let mut slots: Vec<Option<Active>> = (0..s.model.slots()).map(|_| None).collect();
+    let mut waiting: VecDeque<Job> = VecDeque::new();
+    loop {
+        if slots.iter().all(Option::is_none) && waiting.is_empty() {
+            match jobs.recv() {
+                Ok(job) => waiting.push_back(job),
+                Err(_) => return,
+            }
+        }
+        loop {
+            match jobs.try_recv() {
+                Ok(job) => waiting.push_back(job),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) if slots.iter().all(Option::is_none) && waiting.is_empty() => return,
+                Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        for slot in slots.iter_mut().filter(|s| s.is_none()) {
+            while let Some(job) = waiting.pop_front() {
+                if !job.events.is_closed() {
+                    *slot = Some(Active::new(job));
+                    break;
+                }
+            }
+        }
+        metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
+        for (i, slot) in slots.iter_mut().enumerate() {
+            let Some(active) = slot else { continue };
+            let done = match step(&mut s, i, active, &metrics) {
+                Ok(done) => done,
+                Err(e) => {
+                    let _ = active.job.events.send(Event::Error(e.to_string()));
+                    true
+                }
+            };
+            if done {
+                *slot = None;
+            }
+        }
+        metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
+    }
+}
+
+/// One turn of one request: reads the prompt on its first turn, then reports one token
+/// and computes the next. Returns whether the request is over.
+fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Result<bool, RunError> {
+    if a.job.events.is_closed() {
+        return Ok(true); // the client went away
+    }
+    s.model.select(slot)?;
+    let Some((token, logprob)) = a.next.take() else {
+        s.model.reset();
+        generate::prefill(s, &a.job.prompt)?;
+        a.next = Some(pick(s, a)?);
+        metrics.prompt_tokens(a.job.prompt.len(), a.started.elapsed());
+        return Ok(false);
+    };
+    if s.tokenizer.is_eog(token) {
+        a.finish(Finish::Stop);
+        return Ok(true);
+    }
+    a.generated.push(token);
+    a.history.push(token);
+    metrics.completion_token();
+    let piece = a.decoder.push(&s.tokenizer, token);
+    let (text, stopped) = a.stops.push(&piece);
+    if a.job.events.send(Event::Token { text, logprob }).is_err() {
+        return Ok(true);
+    }
+    if stopped {
+        a.finish(Finish::Stop);
+        return Ok(true);
+    }
+    if a.generated.len() >= a.job.max_tokens || s.model.pos() >= s.model.n_ctx() {
+        let rest = a.decoder.finish();
+        if !rest.is_empty() {
+            let (text, _) = a.stops.push(&rest);
+            let _ = a.job.events.send(Event::Token { text, logprob: None });
+        }
+        a.finish(Finish::Length);
+        return Ok(true);
+    }
+    if a.sampler.is_greedy() && a.job.logprobs.is_none() {
+        let next = s.model.decode_greedy(token)?;
+        a.next = Some((next, None));
+    } else {
+        s.model.forward(&[token], Logits::Last)?;
+        a.next = Some(pick(s, a)?);
+    }
+    Ok(false)
+}
+
+/// The next token from the logits the last forward pass left (greedy on the device
+/// where possible), with its log-probabilities when asked for.
+fn pick(s: &mut Session, a: &mut Active) -> Result<(u32, Option<TokenLogprob>), RunError> {
+    if a.sampler.is_greedy() && a.job.logprobs.is_none() {
+        return Ok((s.model.argmax(1)?[0], None));
+    }
+    let logits = s.model.logits(1)?;
+    let token = a.sampler.sample_with(&logits, &a.history, &a.generated);
+    let logprob = a.job.logprobs.map(|k| {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let log_sum = logits.iter().map(|&v| f64::from(v - max).exp()).sum::<f64>().ln() as f32 + max;
+        TokenLogprob {
+            bytes: s.tokenizer.token_bytes(token),
+            logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |l| l - log_sum),
+            top: top_k(&logits, k).into_iter().map(|(id, l)| (s.tokenizer.token_bytes(id), l - log_sum)).collect(),
+        }
+    });
+    Ok((token, logprob))
+}

@@ -1,0 +1,79 @@
+//! Counters for `/metrics`, in Prometheus' text format.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// What the server has done so far.
+#[derive(Default)]
+pub struct Metrics {
+    prompt_tokens: AtomicU64,
+    completion_tokens: AtomicU64,
+    requests: AtomicU64,
+    running: AtomicUsize,
+    waiting: AtomicUsize,
+    /// Completion tokens in the last few seconds, for a current decode rate.
+    recent: Mutex<Vec<Instant>>,
+}
+
+/// The window the decode rate is measured over.
+const RATE_WINDOW: Duration = Duration::from_secs(5);
+
+impl Metrics {
+    /// A request was accepted.
+    pub fn request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A prompt was read.
+    pub fn prompt_tokens(&self, n: usize, _took: Duration) {
+        self.prompt_tokens.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// A token was generated.
+    pub fn completion_token(&self) {
+        self.completion_tokens.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut recent) = self.recent.lock() {
+            let now = Instant::now();
+            recent.retain(|t| now.duration_since(*t) < RATE_WINDOW);
+            recent.push(now);
+        }
+    }
+
+    /// Requests in slots and in the queue.
+    pub fn set_load(&self, running: usize, waiting: usize) {
+        self.running.store(running, Ordering::Relaxed);
+        self.waiting.store(waiting, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let rate = self.recent.lock().map_or(0.0, |mut recent| {
+            let now = Instant::now();
+            recent.retain(|t| now.duration_since(*t) < RATE_WINDOW);
+            recent.len() as f64 / RATE_WINDOW.as_secs_f64()
+        });
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+            out.push_str(&format!("# HELP strata_{name} {help}\n# TYPE strata_{name} {kind}\nstrata_{name} {value}\n"));
+        };
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        metric("prompt_tokens_total", "counter", "Prompt tokens read.", load(&self.prompt_tokens));
+        metric("completion_tokens_total", "counter", "Tokens generated.", load(&self.completion_tokens));
+        metric("requests_total", "counter", "Generation requests accepted.", load(&self.requests));
+        metric(
+            "decode_tokens_per_second",
+            "gauge",
+            "Tokens generated per second over the last 5 s.",
+            format!("{rate:.3}"),
+        );
+        metric("requests_running", "gauge", "Requests in a slot.", self.running.load(Ordering::Relaxed).to_string());
+        metric(
+            "requests_waiting",
+            "gauge",
+            "Requests queued for a slot.",
+            self.waiting.load(Ordering::Relaxed).to_string(),
+        );
+        out
+    }
+}
