@@ -27,34 +27,26 @@ fn synth(dir: &Path, preset: &str, name: &str) -> String {
 fn generate_on_the_cpu_streams_text_and_reports_speed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pack = synth(dir.path(), "tiny-llama", "llama.gguf");
-    let o = run(&[
-        "generate",
-        "--pack",
-        &pack,
-        "--backend",
-        "cpu",
-        "--prompt",
-        "hello",
-        "--max-tokens",
-        "8",
-        "--ignore-eos",
-    ]);
+    let greedy = || {
+        run(&[
+            "generate",
+            "--pack",
+            &pack,
+            "--backend",
+            "cpu",
+            "--prompt",
+            "hello",
+            "--max-tokens",
+            "8",
+            "--ignore-eos",
+        ])
+    };
+    let o = greedy();
     assert!(o.status.success(), "{}", text(&o.stderr));
     let e = text(&o.stderr);
     assert!(e.contains("prefill 5 tokens at") && e.contains("decode 7 tokens at"), "{e}");
     // Same seed and sampler settings give the same text; greedy is deterministic.
-    let again = run(&[
-        "generate",
-        "--pack",
-        &pack,
-        "--backend",
-        "cpu",
-        "--prompt",
-        "hello",
-        "--max-tokens",
-        "8",
-        "--ignore-eos",
-    ]);
+    let again = greedy();
     assert_eq!(o.stdout, again.stdout);
     let sampled = |seed: &str| {
         let args = ["generate", "--pack", &pack, "--backend", "cpu", "--prompt", "hello", "--max-tokens", "8"];

@@ -336,15 +336,8 @@ impl Backend for Cpu {
         Ok(true)
     }
 
-    fn error_buffer(&mut self) -> Result<BufferId, RunError> {
-        match self.errors {
-            Some(b) => Ok(b),
-            None => {
-                let b = self.alloc(32)?;
-                self.errors = Some(b);
-                Ok(b)
-            }
-        }
+    fn error_slot(&mut self) -> &mut Option<BufferId> {
+        &mut self.errors
     }
 
     fn begin_capture(&mut self) -> Result<(), RunError> {

@@ -137,8 +137,18 @@ pub trait Backend {
     /// Queues a recorded graph.
     fn replay(&mut self, graph: GraphId) -> Result<(), RunError>;
 
+    /// Where the backend keeps its `--checked` error buffer, once allocated.
+    fn error_slot(&mut self) -> &mut Option<BufferId>;
+
     /// The buffer `--checked` kernels record violations in (allocated on first use).
-    fn error_buffer(&mut self) -> Result<BufferId, RunError>;
+    fn error_buffer(&mut self) -> Result<BufferId, RunError> {
+        if let Some(b) = *self.error_slot() {
+            return Ok(b);
+        }
+        let b = self.alloc(32)?;
+        *self.error_slot() = Some(b);
+        Ok(b)
+    }
 
     /// Waits for queued work without a deadline.
     fn sync(&mut self) -> Result<(), RunError> {

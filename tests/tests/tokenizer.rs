@@ -15,30 +15,9 @@ use strata_runtime::chat::{self, CHATML, Message};
 use strata_runtime::tokenizer::{StreamDecoder, Tokenizer};
 
 fn fixture(name: &str) -> Json {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tokenizer").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/tokenizer").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
-}
-
-/// The real model: `STRATA_MODEL`, else the fetch script's cache. `None` (skip) when it is
-/// absent, unless `STRATA_REQUIRE=1`.
-fn model_path() -> Option<PathBuf> {
-    let path = std::env::var_os("STRATA_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("STRATA_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/strata"));
-        cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var("STRATA_REQUIRE").as_deref() != Ok("1"),
-        "{} is missing: run scripts/fetch-model.sh",
-        path.display()
-    );
-    eprintln!("skipping: {} not found (run scripts/fetch-model.sh)", path.display());
-    None
 }
 
 fn ids(v: &Json) -> Vec<u32> {
@@ -109,7 +88,7 @@ fn eog_set(tok: &Tokenizer) -> BTreeSet<u32> {
 
 #[test]
 fn smollm2_ids_pieces_and_eog_match_llama_cpp() {
-    let Some(path) = model_path() else { return };
+    let Some(path) = strata_tests::smollm2() else { return };
     let fx = fixture("smollm2.json");
     let tok = Tokenizer::from_pack(&Pack::open(&path).unwrap()).unwrap();
     assert_eq!(tok.vocab_size() as u64, fx["vocab_size"].as_u64().unwrap());
@@ -158,7 +137,7 @@ fn smollm2_ids_pieces_and_eog_match_llama_cpp() {
 
 #[test]
 fn smollm2_chat_template_matches_jinja2() {
-    let Some(path) = model_path() else { return };
+    let Some(path) = strata_tests::smollm2() else { return };
     let fx = fixture("smollm2.json");
     let tok = Tokenizer::from_pack(&Pack::open(&path).unwrap()).unwrap();
     let template = tok.chat_template().expect("SmolLM2 has a chat template");
