@@ -41,6 +41,13 @@ for p in smollm2 qwen3; do
     $sc --pack "$pack" --target sm_90 --out "$dev/art-run/$p-sm_90" >/dev/null
     $sc --pack "$pack" --target gfx1100 --run-on sm_90 --out "$dev/art-run/$p-gfx1100-on-sm_90" >/dev/null
 done
+# The int8-dot GEMVs of all nine types with an int8 decoder, windows up to 16 (forced:
+# the test pack's matrices are below the size where they are chosen by default).
+for spec in "sm_90" "gfx1100 --run-on sm_90"; do
+    set -- $spec
+    $sc --pack "$dev/packs/mix-a.gguf" --target $spec --spec 16 --int8 always \
+        --out "$dev/art-run/mix-a-int8-$1$([ $# -gt 1 ] && echo -on-sm_90)" >/dev/null
+done
 $sc --pack "$model" --target gfx1100 --out "$dev/art-run/smollm2-gfx1100" >/dev/null
 $sc --pack "$model" --target sm_90 --fault wrong:rmsnorm_576 --out "$dev/art-run/smollm2-fault-wrong" >/dev/null
 $sc --pack "$model" --target sm_90 --fault hang:silu_mul_1536 --out "$dev/art-run/smollm2-fault-hang" >/dev/null

@@ -3,6 +3,9 @@
 
 // Four floats, loaded and stored as one 16-byte access.
 typedef float strata_f4 __attribute__((ext_vector_type(4)));
+// Sixteen and eight bytes as words: the units of wide coalesced loads.
+typedef u32 strata_u4 __attribute__((ext_vector_type(4)));
+typedef u32 strata_u2 __attribute__((ext_vector_type(2)));
 
 // Sum over the wave (butterfly: every lane ends with the total, in the same order).
 STRATA_DEVICE float strata_wave_sum(float v) {
@@ -66,4 +69,46 @@ STRATA_DEVICE void strata_scale_min_k4(const u8* sc, u32 j, u32* s, u32* m) {
 STRATA_DEVICE u32 strata_ksigns(u32 i) {
     i &= 127;
     return i | ((u32)(__builtin_popcount(i) & 1) << 7);
+}
+
+// ---- int8 dot helpers (for strata_dot32_<type> in quant/) ----
+// The four bytes of g, byte k negated where bit k of s (bits 0-3) is set: the nibble's
+// four shifted copies never overlap, so the multiply spreads bit k to byte k; then
+// ~g + 1 per byte, which never carries since IQ2/IQ3 grid bytes lie in 1..127.
+STRATA_DEVICE i32 strata_iq_sign4(u32 g, u32 s) {
+    const u32 b = ((s & 15u) * 0x00204081u) & 0x01010101u;
+    return (i32)((g ^ (b * 0xFFu)) + b);
+}
+
+// The eight words at p (16-byte aligned) by two 16-byte loads.
+STRATA_DEVICE void strata_ld8w(const void* STRATA_RESTRICT p, u32* v) {
+    const strata_u4 a = ((const strata_u4*)p)[0], b = ((const strata_u4*)p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+// Bits sh .. sh + 31 of the 64-bit lo | hi << 32 (sh < 32): a funnel shift (one
+// SHF.R.U64 after ptxas on sm_90, one v_lshrrev_b64 or v_alignbit on AMD).
+STRATA_DEVICE u32 strata_funnel(u32 lo, u32 hi, u32 sh) { return (u32)((((u64)hi << 32) | lo) >> sh); }
+// v[i] = the little-endian word at p + 4i shifted right by rs (< 16; its top rs bits are
+// unspecified), i < n, for p 2-byte aligned with odd = 1 when p % 4 == 2, else 0: n
+// aligned u32 loads from p - 2 * odd and a u16 load at p + 4n - 2, then funnel shifts.
+// Reads only p - 2 * odd .. p + 4n, so within any 4-byte aligned run that holds p .. p + 4n.
+STRATA_DEVICE void strata_words2(const u8* STRATA_RESTRICT p, u32 odd, u32 rs, u32 n, u32* v) {
+    const u32* a = (const u32*)(p - 2 * odd);
+    const u32 sh = 16 * odd + rs;
+    u32 lo = a[0];
+#pragma unroll
+    for (u32 i = 0; i < n; ++i) {
+        const u32 hi = i + 1 < n ? a[i + 1] : (u32)*(const u16*)(p + 4 * n - 2);
+        v[i] = strata_funnel(lo, hi, sh);
+        lo = hi;
+    }
+}
+// strata_scale_min_k4 without branches, from the 12 scale bytes as three words: all
+// four pairs of the chosen half are assembled bytewise, then byte j % 4 is taken.
+STRATA_DEVICE void strata_scale_min_k4_w(u32 s0, u32 s1, u32 s2, u32 j, u32* s, u32* m) {
+    const u32 sh = 8 * (j & 3);
+    const u32 hs = (s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u);
+    const u32 hm = ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u);
+    *s = (((j & 4) ? hs : s0) >> sh) & 0x3F;
+    *m = (((j & 4) ? hm : s1) >> sh) & 0x3F;
 }

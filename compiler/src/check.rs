@@ -148,7 +148,87 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
                 }
             }
         }
+        (Op::Gemv { quant, rows, cols, window }, Tuning::GemvQ8(g)) => {
+            if !(1..=MAX_WINDOW).contains(window) {
+                fail("the window", window.to_string(), format!("windows run from 1 to {MAX_WINDOW}"));
+            }
+            let (block_bytes, block_chunks) = (quant.block_bytes() as u32, quant.block_len() as u32 / 32);
+            let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(u64::MAX);
+            let v = g.vector_bytes;
+            if ![2, 4, 8, 16].contains(&v)
+                || row_bytes % u64::from(v) != 0
+                || g.slab_bytes == 0
+                || g.slab_bytes % v != 0
+                || g.slab_bytes % block_bytes != 0
+                || g.slab_chunks != g.slab_bytes / block_bytes * block_chunks
+                || g.slab_chunks % l.wave_size != 0
+                || g.loads * v * l.wave_size < g.slab_bytes
+            {
+                fail(
+                    "the weight slab",
+                    format!(
+                        "{} bytes in {v}-byte loads, {} chunks, {} loads a lane",
+                        g.slab_bytes, g.slab_chunks, g.loads
+                    ),
+                    format!(
+                        "a slab is whole {block_bytes}-byte blocks and whole loads dividing the {row_bytes}-byte \
+                         rows, with chunks a multiple of the wave"
+                    ),
+                );
+            }
+            // Each wave's slab starts 16-byte aligned (the decoders' aligned loads).
+            let table = crate::plan::rules::lookup_table(*quant).map_or(0, |(_, elem, len)| elem * len);
+            let slabs = g.waves * g.slab_bytes.next_multiple_of(16);
+            if g.waves != l.waves || g.table_bytes != table || slabs + table != l.shared_bytes {
+                fail(
+                    "declared shared memory",
+                    format!("{} bytes for {} waves", l.shared_bytes, l.waves),
+                    format!(
+                        "{} waves of {}-byte slabs, 16-byte aligned, and a {table}-byte lookup grid need {}",
+                        g.waves,
+                        g.slab_bytes,
+                        slabs + table
+                    ),
+                );
+            }
+            if grid_x.saturating_mul(u64::from(g.waves)) < u64::from(*rows) {
+                fail(
+                    "rows covered by the grid",
+                    (grid_x * u64::from(g.waves)).to_string(),
+                    format!("the matrix has {rows}"),
+                );
+            }
+            let extents = [
+                ("w", u64::from(*rows).saturating_mul(row_bytes)),
+                ("xq", u64::from(window * cols)),
+                ("xd", u64::from(window * cols / 32 * 2)),
+                ("y", u64::from(window * rows)),
+            ];
+            for (name, needed) in extents {
+                if fixed(name) != Some(needed) {
+                    fail(
+                        &format!("buffer {name}"),
+                        format!("{:?} elements", fixed(name)),
+                        format!("its indices reach {needed}"),
+                    );
+                }
+            }
+        }
         (Op::Gemv { .. }, _) => fail("tuning", "missing".into(), "a GEMV needs GEMV tuning".into()),
+        (Op::QuantizeQ8 { cols }, _) => {
+            let chunks = u64::from(cols / 32);
+            let grid_y = match l.grid[1] {
+                Dim::Fixed(n) => u64::from(n),
+                Dim::Runtime { .. } => 0,
+            };
+            if cols % 32 != 0 || grid_y.saturating_mul(u64::from(l.threads)) < chunks {
+                fail(
+                    "chunks covered per row",
+                    (grid_y * u64::from(l.threads)).to_string(),
+                    format!("rows have {chunks} chunks of 32"),
+                );
+            }
+        }
         (Op::SiluMul { n } | Op::Add { n, .. }, _) if grid_x.saturating_mul(u64::from(l.threads)) < u64::from(*n) => {
             fail("elements covered per row", (grid_x * u64::from(l.threads)).to_string(), format!("rows have {n}"));
         }
@@ -195,11 +275,12 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Options, rules};
+    use crate::plan::{Int8Dot, Options, rules};
 
+    /// A float-path GEMV (the int8 path has its own test).
     fn gemv(rows: u32, cols: u32, window: u32, target: &Target) -> KernelSpec {
         let op = Op::Gemv { quant: crate::quant::GgmlType::Q4_0, rows, cols, window };
-        rules::kernel(op, target)
+        rules::kernel_with(op, target, Int8Dot::Never)
     }
 
     fn plan(kernels: Vec<KernelSpec>) -> Plan {
@@ -212,6 +293,25 @@ mod tests {
             for window in 1..=MAX_WINDOW {
                 let k = gemv(14_336, 4096, window, &target);
                 assert!(check(&plan(vec![k]), &target).is_empty(), "{} T={window}", target.name);
+            }
+        }
+    }
+
+    #[test]
+    fn int8_gemvs_fit_every_shipped_target() {
+        let shapes = [(14_336, 4096), (4096, 14_336), (256, 512), (1536, 576), (576, 1536), (256, 256)];
+        for target in crate::target::known() {
+            for quant in rules::INT8_DOT {
+                for (rows, cols) in shapes {
+                    let Some(row_bytes) = quant.row_bytes(u64::from(cols)) else { continue };
+                    for window in [1, 6, 16] {
+                        let k = rules::kernel_with(Op::Gemv { quant, rows, cols, window }, &target, Int8Dot::Always);
+                        let Tuning::GemvQ8(g) = &k.tuning else { panic!("{} {}: not int8", target.name, k.name) };
+                        assert_eq!(row_bytes % u64::from(g.vector_bytes), 0);
+                        let errors = check(&plan(vec![k.clone()]), &target);
+                        assert!(errors.is_empty(), "{} {}: {errors:?}", target.name, k.name);
+                    }
+                }
             }
         }
     }

@@ -51,6 +51,8 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("hip/prelude", include_str!("../../templates/hip/prelude.cuh")),
     ("common", include_str!("../../templates/common.cuh")),
     ("ops/gemv", include_str!("../../templates/ops/gemv.cu.hbs")),
+    ("ops/gemv_q8", include_str!("../../templates/ops/gemv_q8.cu.hbs")),
+    ("ops/quantize_q8", include_str!("../../templates/ops/quantize_q8.cu.hbs")),
     ("ops/rmsnorm", include_str!("../../templates/ops/rmsnorm.cu.hbs")),
     ("ops/add_rmsnorm", include_str!("../../templates/ops/add_rmsnorm.cu.hbs")),
     ("ops/rope_store", include_str!("../../templates/ops/rope_store.cu.hbs")),
@@ -140,6 +142,8 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
         "arch": target.build.arch,
         "wave_size": target.device.wave_size,
         "checked": plan.options.checked,
+        "sdot4": target.features.sdot4,
+        "sudot4": target.features.sudot4,
     });
     let prelude = match dialect {
         Dialect::Cuda => "cuda/prelude",
@@ -167,7 +171,11 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
     let mut kernels = Vec::with_capacity(plan.kernels.len());
     for (id, spec) in plan.kernels.iter().enumerate() {
         let ctx = context(spec, id, target);
-        let mut text = render(&format!("ops/{}", spec.op.kind()), &spec.name, &ctx)?;
+        let template = match spec.tuning {
+            Tuning::GemvQ8(_) => "gemv_q8",
+            _ => spec.op.kind(),
+        };
+        let mut text = render(&format!("ops/{template}"), &spec.name, &ctx)?;
         if plan.options.fault == Some(Fault::Hang(spec.name.clone())) {
             text = plant_hang(&text, &spec.name);
         }
@@ -250,6 +258,29 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
         "wave_size": l.wave_size,
     });
     let extra = match &spec.op {
+        Op::Gemv { quant, rows, cols, window } if matches!(spec.tuning, Tuning::GemvQ8(_)) => {
+            let Tuning::GemvQ8(t) = &spec.tuning else { return ctx };
+            let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
+            let table = crate::plan::rules::lookup_table(*quant);
+            json!({
+                "quant": quant.name().to_ascii_lowercase(),
+                "quant_name": quant.name(),
+                "rows": rows, "cols": cols, "window": window, "row_bytes": row_bytes,
+                "chunks": cols / 32, "vector_bytes": t.vector_bytes,
+                "vector": match t.vector_bytes { 16 => "strata_u4", 8 => "strata_u2", 4 => "u32", _ => "u16" },
+                "row_vecs": row_bytes / u64::from(t.vector_bytes),
+                "slab_bytes": t.slab_bytes, "slab_vecs": t.slab_bytes / t.vector_bytes, "slab_chunks": t.slab_chunks,
+                "slab_stride": t.slab_bytes.next_multiple_of(16),
+                "table": table.map(|(name, _, _)| name),
+                "table_type": table.map(|(_, bytes, _)| if bytes == 8 { "u64" } else { "u32" }),
+                "table_len": table.map(|(_, _, n)| n),
+                "slabs": (row_bytes as u32).div_ceil(t.slab_bytes),
+                "loads": t.loads, "chunks_per_lane": t.slab_chunks / target.device.wave_size,
+                "w_len": fixed(spec, "w"), "xq_len": fixed(spec, "xq"), "xd_len": fixed(spec, "xd"),
+                "y_len": fixed(spec, "y"),
+            })
+        }
+        Op::QuantizeQ8 { cols } => json!({ "cols": cols, "chunks": cols / 32 }),
         Op::Gemv { quant, rows, cols, window } => {
             let Tuning::Gemv(t) = &spec.tuning else { return ctx };
             json!({

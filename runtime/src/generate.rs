@@ -177,3 +177,39 @@ pub fn bench(s: &mut Session, pp: usize, tg: usize, reps: usize) -> Result<(f64,
     let reps = reps.max(1) as f64;
     Ok((tokens.len() as f64 * reps / pp_time.as_secs_f64(), tg as f64 * reps / tg_time.as_secs_f64()))
 }
+
+/// llama.cpp's figures for the same measurement, from its `llama-bench` binary at
+/// `binary` on `pack` (all layers on the GPU, flash attention, JSON output): (prompt
+/// tokens/s, decode tokens/s), each llama-bench's mean over `reps` runs.
+pub fn llama_bench(
+    binary: &std::path::Path,
+    pack: &std::path::Path,
+    pp: usize,
+    tg: usize,
+    reps: usize,
+) -> Result<(f64, f64), RunError> {
+    let fail = |what: String| RunError::Other(format!("llama-bench ({}): {what}", binary.display()));
+    let out = std::process::Command::new(binary)
+        .arg("-m")
+        .arg(pack)
+        .args(["-ngl", "99", "-fa", "1", "-o", "json"])
+        .args(["-p", &pp.to_string(), "-n", &tg.to_string(), "-r", &reps.max(1).to_string()])
+        .output()
+        .map_err(|e| fail(e.to_string()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(fail(format!("{}: {}", out.status, err.lines().last().unwrap_or(""))));
+    }
+    let runs: Vec<serde_json::Value> =
+        serde_json::from_slice(&out.stdout).map_err(|e| fail(format!("unreadable JSON: {e}")))?;
+    let rate = |prompt: bool| {
+        runs.iter()
+            .find(|r| {
+                let (p, g) = (r["n_prompt"].as_u64().unwrap_or(0), r["n_gen"].as_u64().unwrap_or(0));
+                if prompt { p > 0 && g == 0 } else { g > 0 && p == 0 }
+            })
+            .and_then(|r| r["avg_ts"].as_f64())
+            .ok_or_else(|| fail(format!("no {} result in its output", if prompt { "prompt" } else { "decode" })))
+    };
+    Ok((if pp > 0 { rate(true)? } else { 0.0 }, if tg > 0 { rate(false)? } else { 0.0 }))
+}

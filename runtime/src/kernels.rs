@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use strata_compiler::plan::{KernelSpec, Op, rules};
+use strata_compiler::plan::{Int8Dot, KernelSpec, Op, rules};
 use strata_compiler::target::Target;
 
 use crate::backend::RunError;
@@ -12,8 +12,9 @@ use crate::backend::RunError;
 #[derive(Clone, Debug)]
 pub struct Kernels {
     by_name: HashMap<String, KernelSpec>,
-    /// Where set, ops with no record are planned for this target on demand (CPU runs).
-    on_demand: Option<Target>,
+    /// Where set, ops with no record are planned for this target on demand (CPU runs),
+    /// with int8 GEMVs as the second field says.
+    on_demand: Option<(Target, Int8Dot)>,
 }
 
 impl Kernels {
@@ -24,8 +25,8 @@ impl Kernels {
 
     /// Kernel records planned on demand (the CPU backend ignores launch geometry, so
     /// the target only fills the records' launch fields).
-    pub fn planned(target: Target) -> Kernels {
-        Kernels { by_name: HashMap::new(), on_demand: Some(target) }
+    pub fn planned(target: Target, int8: Int8Dot) -> Kernels {
+        Kernels { by_name: HashMap::new(), on_demand: Some((target, int8)) }
     }
 
     /// The record of `op`.
@@ -35,8 +36,8 @@ impl Kernels {
             return Ok(spec.clone());
         }
         match &self.on_demand {
-            Some(target) => {
-                let spec = rules::kernel(op.clone(), target);
+            Some((target, int8)) => {
+                let spec = rules::kernel_with(op.clone(), target, *int8);
                 self.by_name.insert(name, spec.clone());
                 Ok(spec)
             }
@@ -44,6 +45,11 @@ impl Kernels {
                 "kernel {name} is not in the artifacts; recompile them for this pack (strata-compile)"
             ))),
         }
+    }
+
+    /// The kernels known so far (all compiled ones; those planned on demand once asked for).
+    pub fn specs(&self) -> impl Iterator<Item = &KernelSpec> {
+        self.by_name.values()
     }
 
     /// Whether a compiled kernel of this op exists (always true when planned on demand).

@@ -65,7 +65,8 @@ fn tolerance(op: &Op) -> f64 {
         // f16 cache entries may round to the neighbouring value.
         Op::RopeStore { .. } => 1e-3,
         Op::SiluMul { .. } | Op::Add { .. } | Op::Embed { .. } => 1e-5,
-        Op::Argmax { .. } => 0.0,
+        // The same float operations as the CPU's: bit for bit.
+        Op::Argmax { .. } | Op::QuantizeQ8 { .. } => 0.0,
     }
 }
 
@@ -84,6 +85,14 @@ fn test_scalar(spec: &KernelSpec, name: &str) -> u32 {
 fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8Rng) -> Result<Vec<u8>, RunError> {
     let b = &spec.buffers[buffer];
     let n = elems as usize;
+    // An int8 GEMV's quantized input: quants and (scale, sum) must agree, so both come
+    // from the same random activations.
+    if matches!(spec.op, Op::Gemv { .. }) && (b.name == "xq" || b.name == "xd") {
+        let floats = if b.name == "xq" { n } else { n * 16 };
+        let x = random::random_floats(&mut ChaCha8Rng::seed_from_u64(0xac71), floats, 1.0);
+        let (xq, xd) = crate::backend::cpu::quantize_q8(&x);
+        return Ok(if b.name == "xq" { xq } else { xd.iter().flat_map(|v| v.to_le_bytes()).collect() });
+    }
     Ok(match b.elem {
         Elem::F32 => random::random_floats(rng, n, 1.0).iter().flat_map(|v| v.to_le_bytes()).collect(),
         Elem::F16 => (0..n).flat_map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)).to_le_bytes()).collect(),

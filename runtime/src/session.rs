@@ -9,7 +9,7 @@ use std::time::Duration;
 use strata_compiler::artifacts::Stage;
 use strata_compiler::model::ModelDesc;
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{MAX_WINDOW, Options};
+use strata_compiler::plan::{Int8Dot, MAX_WINDOW, Options};
 use strata_compiler::target::Target;
 
 use crate::artifacts::{self, Artifacts};
@@ -62,6 +62,9 @@ pub struct OpenOptions {
     pub deadline: Duration,
     /// Sequences held at once (KV caches), for serving several clients.
     pub slots: usize,
+    /// Int8-dot GEMVs, for kernels planned here: on the CPU, and when compiling into the
+    /// cache (compiled artifacts carry their own choice).
+    pub int8: Int8Dot,
 }
 
 impl Default for OpenOptions {
@@ -74,6 +77,7 @@ impl Default for OpenOptions {
             selftest: SelfTest::Auto,
             deadline: Duration::from_secs(10),
             slots: 1,
+            int8: Int8Dot::Auto,
         }
     }
 }
@@ -136,7 +140,11 @@ pub fn prepare_device(
     let device = backend.info();
     let art = match &opts.artifacts {
         Some(dir) => artifacts::open(dir, pack, &device)?,
-        None => artifacts::compile_for_device(pack, &device, Options::default(), &mut |s| report(Event::Compile(s)))?,
+        None => {
+            artifacts::compile_for_device(pack, &device, Options { int8: opts.int8, ..Options::default() }, &mut |s| {
+                report(Event::Compile(s))
+            })?
+        }
     };
     report(Event::Artifacts(&art.dir));
     let specs: Vec<_> = art.manifest.kernels.iter().map(|k| k.spec.clone()).collect();
@@ -169,7 +177,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
     let n_ctx = opts.ctx.unwrap_or(desc.context).max(1);
     let (kernels, window, art) = if device.backend == "cpu" {
         let target = Target::load("sm_90").map_err(|e| RunError::Other(e.to_string()))?;
-        (Kernels::planned(target), opts.prefill.max(1), None)
+        (Kernels::planned(target, opts.int8), opts.prefill.max(1), None)
     } else {
         let art = prepare_device(&pack, backend.as_mut(), opts, report)?;
         let compiled = art.manifest.options.spec.clamp(1, MAX_WINDOW);

@@ -4,7 +4,9 @@
 #define STRATA_KERNEL(threads) extern "C" __attribute__((global)) __attribute__((launch_bounds(threads)))
 #define STRATA_DEVICE static __attribute__((device)) __attribute__((always_inline)) inline
 #define STRATA_SHARED __attribute__((shared))
-#define STRATA_TABLE static __attribute__((device)) const
+// Lookup tables live in global memory (read through L1), not in .const: the constant
+// cache serializes a warp's lookups of different entries, which IQ grid lookups are.
+#define STRATA_TABLE static __attribute__((device))
 #define STRATA_RESTRICT __restrict__
 #define STRATA_WAVE {{wave_size}}u
 
@@ -20,6 +22,8 @@ STRATA_DEVICE u32 strata_block_x(void) { return __nvvm_read_ptx_sreg_ctaid_x(); 
 STRATA_DEVICE u32 strata_block_y(void) { return __nvvm_read_ptx_sreg_ctaid_y(); }
 // bar.sync 0: block-wide barrier with shared-memory ordering (CUDA's __syncthreads).
 STRATA_DEVICE void strata_barrier(void) { __nvvm_barrier_sync(0); }
+// bar.warp.sync: the wave's lanes meet, with shared-memory ordering among them.
+STRATA_DEVICE void strata_wave_barrier(void) { __nvvm_bar_warp_sync(0xffffffffu); }
 STRATA_DEVICE float strata_shfl_xor(float v, u32 mask) {
     return __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, mask, 0x1f);
 }
@@ -36,4 +40,12 @@ STRATA_DEVICE float strata_rsqrt(float x) { return __nvvm_rsqrt_approx_f(x); }
 // here. Placed after a group of loads and the arithmetic consuming them, it bounds how
 // many loaded values are live at once (and so the registers of wide unrolled loops).
 STRATA_DEVICE void strata_fence_value(float* v) { __asm__ volatile("" : "+f"(*v) : : "memory"); }
+// c + the four signed byte products of a and b (dp4a.s32.s32, sm_61 on). Every NVIDIA
+// target has it, so wave32 AMD kernels rendered here (sdot4 / sudot4 with both operands
+// signed: the same sum) run their own int8 dot code unchanged.
+STRATA_DEVICE i32 strata_dot4(i32 a, i32 b, i32 c) {
+    i32 r;
+    __asm__("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
 STRATA_DEVICE u32 strata_atomic_add(i32* p, i32 v) { return (u32)__atomic_fetch_add(p, v, __ATOMIC_RELAXED); }

@@ -24,6 +24,12 @@ STRATA_DEVICE void strata_barrier(void) {
     __builtin_amdgcn_s_barrier();
     __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
 }
+// The wave's lanes meet (they run in lockstep; the fences order LDS among them).
+STRATA_DEVICE void strata_wave_barrier(void) {
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+    __builtin_amdgcn_wave_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+}
 STRATA_DEVICE u32 strata_lane(void) { return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)); }
 // ds_bpermute reads lane (index / 4) of the wave: the butterfly of CUDA's shfl.bfly.
 STRATA_DEVICE i32 strata_shfl_xor_i32(i32 v, u32 mask) {
@@ -42,4 +48,17 @@ STRATA_DEVICE float strata_rsqrt(float x) { return __builtin_amdgcn_rsqf(x); }
 // here. Placed after a group of loads and the arithmetic consuming them, it bounds how
 // many loaded values are live at once (and so the registers of wide unrolled loops).
 STRATA_DEVICE void strata_fence_value(float* v) { __asm__ volatile("" : "+v"(*v) : : "memory"); }
+// c + the four signed byte products of a and b: V_DOT4_I32_IU8 with both operands signed
+// on gfx11 (no V_DOT4_I32_I8 there), V_DOT4_I32_I8 elsewhere; plain code on a target with
+// neither (the plan then never picks the int8 dot path).
+STRATA_DEVICE i32 strata_dot4(i32 a, i32 b, i32 c) {
+{{#if sudot4}}
+    return __builtin_amdgcn_sudot4(true, a, true, b, c, false);
+{{else if sdot4}}
+    return __builtin_amdgcn_sdot4(a, b, c, false);
+{{else}}
+    for (u32 k = 0; k < 32; k += 8) c += (i32)(i8)(a >> k) * (i32)(i8)(b >> k);
+    return c;
+{{/if}}
+}
 STRATA_DEVICE u32 strata_atomic_add(i32* p, i32 v) { return (u32)__atomic_fetch_add(p, v, __ATOMIC_RELAXED); }

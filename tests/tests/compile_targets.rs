@@ -7,7 +7,7 @@ use std::path::Path;
 use strata_compiler::artifacts::{self, CompileError, Request, Stage};
 use strata_compiler::build::{Resources, Toolchain};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{Op, Options};
+use strata_compiler::plan::{Int8Dot, Op, Options, Tuning};
 use strata_compiler::target::{self, Target, Vendor};
 use strata_tests::{every_type_packs, toolchain};
 
@@ -69,8 +69,7 @@ fn windows_up_to_16_fit_gfx1100_and_sm_90() {
     for name in ["gfx1100", "sm_90"] {
         let target = Target::load(name).expect("known");
         let out = dir.path().join(name);
-        let m =
-            compile(&pack, &target, Options { spec: 16, checked: false, fault: None }, &out, &tools).expect("compiles");
+        let m = compile(&pack, &target, Options { spec: 16, ..Options::default() }, &out, &tools).expect("compiles");
         let windows: std::collections::BTreeSet<u32> = m
             .kernels
             .iter()
@@ -84,6 +83,35 @@ fn windows_up_to_16_fit_gfx1100_and_sm_90() {
 }
 
 #[test]
+fn int8_gemvs_compile_for_every_target_without_spills_also_checked() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // mix-a holds the nine types with an int8 decoder.
+    let pack = Pack::open(&every_type_packs(dir.path())[0]).expect("opens");
+    for target in target::known() {
+        for checked in [false, true] {
+            let out = dir.path().join(format!("{}-{checked}", target.name));
+            let options = Options { spec: 2, checked, int8: Int8Dot::Always, ..Options::default() };
+            let m = compile(&pack, &target, options, &out, &tools).unwrap_or_else(|e| panic!("{}: {e}", target.name));
+            let int8: std::collections::BTreeSet<_> = m
+                .kernels
+                .iter()
+                .filter_map(|k| match (&k.spec.op, &k.spec.tuning) {
+                    (Op::Gemv { quant, .. }, Tuning::GemvQ8(_)) => Some(*quant),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(int8.len(), strata_compiler::plan::rules::INT8_DOT.len(), "{}: {int8:?}", target.name);
+            assert!(m.kernels.iter().any(|k| matches!(k.spec.op, Op::QuantizeQ8 { .. })));
+            for k in &m.kernels {
+                let spills = k.resources.spills().filter(|s| *s > 0);
+                assert_eq!(spills, None, "{} {}: {:?}", target.name, k.spec.name, k.resources);
+            }
+        }
+    }
+}
+
+#[test]
 fn checked_builds_take_the_error_buffer() {
     let Some(tools) = toolchain() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -91,8 +119,8 @@ fn checked_builds_take_the_error_buffer() {
     for name in ["gfx1100", "gfx90a", "sm_90"] {
         let target = Target::load(name).expect("known");
         let out = dir.path().join(name);
-        let m =
-            compile(&pack, &target, Options { spec: 2, checked: true, fault: None }, &out, &tools).expect("compiles");
+        let m = compile(&pack, &target, Options { spec: 2, checked: true, ..Options::default() }, &out, &tools)
+            .expect("compiles");
         assert!(m.kernels.iter().all(|k| k.spec.buffers.last().is_some_and(|b| b.name == "strata_err")));
         let source = std::fs::read_to_string(out.join(&m.module.source)).expect("written");
         assert!(source.contains("#define STRATA_CHECKED 1"));
@@ -142,8 +170,8 @@ fn limits_are_compile_errors_that_name_kernel_limit_and_value() {
     std::fs::write(&path, small).expect("written");
     let target = Target::load(path.to_str().expect("utf-8")).expect("valid");
     let out = dir.path().join("ok");
-    compile(&pack, &target, Options { spec: 4, checked: false, fault: None }, &out, &tools).expect("spec 4 fits 8 KiB");
-    let e = compile(&pack, &target, Options { spec: 16, checked: false, fault: None }, &dir.path().join("no"), &tools)
+    compile(&pack, &target, Options { spec: 4, ..Options::default() }, &out, &tools).expect("spec 4 fits 8 KiB");
+    let e = compile(&pack, &target, Options { spec: 16, ..Options::default() }, &dir.path().join("no"), &tools)
         .unwrap_err();
     let text = e.to_string();
     assert!(
@@ -151,7 +179,7 @@ fn limits_are_compile_errors_that_name_kernel_limit_and_value() {
         "{text}"
     );
     assert!(!dir.path().join("no").join("manifest.toml").exists(), "nothing is written for a failed check");
-    let e = compile(&pack, &target, Options { spec: 17, checked: false, fault: None }, &out, &tools).unwrap_err();
+    let e = compile(&pack, &target, Options { spec: 17, ..Options::default() }, &out, &tools).unwrap_err();
     assert_eq!(e.to_string(), "--spec 17 is out of range (0 or 1 for off, 2 to 16)");
 }
 

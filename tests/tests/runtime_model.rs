@@ -7,7 +7,7 @@ use std::path::Path;
 use strata_compiler::artifacts::{Request, compile};
 use strata_compiler::model::ModelDesc;
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{self, Options};
+use strata_compiler::plan::{self, Int8Dot, Options};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::Preset;
 use strata_compiler::target::Target;
@@ -26,8 +26,38 @@ fn write_pack(dir: &Path, preset: Preset, weights: &[GgmlType]) -> std::path::Pa
 }
 
 fn open_cpu(pack: &Path, prefill: u32) -> Session {
-    let opts = OpenOptions { backend: BackendChoice::Cpu, ctx: Some(64), prefill, ..OpenOptions::default() };
+    open_cpu_with(pack, prefill, Int8Dot::Auto)
+}
+
+fn open_cpu_with(pack: &Path, prefill: u32, int8: Int8Dot) -> Session {
+    let opts = OpenOptions { backend: BackendChoice::Cpu, ctx: Some(64), prefill, int8, ..OpenOptions::default() };
     session::open(pack, &opts, &mut |_| {}).expect("opens on the CPU")
+}
+
+#[test]
+fn int8_products_quantize_each_input_once_and_stay_close_to_float() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = write_pack(dir.path(), Preset::TinyLlama, &[GgmlType::Q4_0, GgmlType::IQ2_XS, GgmlType::Q6_K]);
+    let tokens: Vec<u32> = (0..9).map(|i| (i * 37 + 5) % 256).collect();
+    let float = generate::score(&mut open_cpu_with(&pack, 4, Int8Dot::Never), &tokens, 4).expect("scores");
+    let mut s = open_cpu_with(&pack, 4, Int8Dot::Always);
+    let int8 = generate::score(&mut s, &tokens, 4).expect("scores");
+    // Window 1 and window 4 read the same quantized inputs: identical results.
+    assert_eq!(int8, generate::score(&mut open_cpu_with(&pack, 1, Int8Dot::Always), &tokens, 4).expect("scores"));
+    // 8-bit activations move the logits a little, not a lot.
+    for ((_, top_f), (_, top_q)) in float.iter().zip(&int8) {
+        let (f, q) = (top_f[0].1, top_q.iter().find(|(id, _)| *id == top_f[0].0).map_or(f32::NAN, |p| p.1));
+        assert!((f - q).abs() < 0.05 * f.abs().max(1.0), "top logit {f} vs {q}");
+    }
+    assert_ne!(float, int8, "the int8 path ran");
+
+    // The per-kernel benchmark times every single-token product and each quantizer.
+    let report = s.model.bench_kernels(2).expect("benchmarks");
+    assert!(report.copy_bytes_per_s > 0.0);
+    let names: Vec<&str> = report.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert!(names.iter().any(|n| n.starts_with("quantize_q8_")), "{names:?}");
+    assert!(names.iter().any(|n| n.starts_with("gemv_iq2_xs_")), "{names:?}");
+    assert!(report.kernels.iter().all(|k| k.bytes > 0 && k.seconds > 0.0));
 }
 
 #[test]
@@ -67,13 +97,15 @@ fn selftest_harness_runs_every_kernel_of_a_plan() {
     let pack = Pack::from_bytes("qwen3", bytes).expect("pack");
     let model = ModelDesc::from_pack(&pack).expect("model");
     let target = Target::load("gfx1100").expect("target");
-    let plan = plan::plan(&model, &pack, &target, &Options::default()).expect("plan");
-    let mut device = Cpu::new();
-    let outcomes = selftest::run(&mut device, &plan.kernels, std::time::Duration::from_secs(10), &mut |_| {})
-        .expect("every kernel runs");
-    assert_eq!(outcomes.len(), plan.kernels.len());
-    assert!(outcomes.iter().all(selftest::Outcome::passed));
-    assert!(outcomes.iter().all(|o| o.max_error == 0.0), "the same reference twice is exact");
+    for int8 in [Int8Dot::Auto, Int8Dot::Always] {
+        let plan = plan::plan(&model, &pack, &target, &Options { int8, ..Options::default() }).expect("plan");
+        let mut device = Cpu::new();
+        let outcomes = selftest::run(&mut device, &plan.kernels, std::time::Duration::from_secs(10), &mut |_| {})
+            .expect("every kernel runs");
+        assert_eq!(outcomes.len(), plan.kernels.len());
+        assert!(outcomes.iter().all(selftest::Outcome::passed));
+        assert!(outcomes.iter().all(|o| o.max_error == 0.0), "the same reference twice is exact");
+    }
 }
 
 #[test]

@@ -12,7 +12,7 @@ use strata_compiler::artifacts::{self, Request, Stage};
 use strata_compiler::build::{Resources, Toolchain};
 use strata_compiler::inspect::{self, bytes};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{Fault, Options};
+use strata_compiler::plan::{Fault, Int8Dot, Options};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::{self, Preset, Tokenizer, Types};
 use strata_compiler::target::{self, Target};
@@ -56,6 +56,11 @@ struct CompileArgs {
     /// prelude and build them for this NVIDIA target.
     #[arg(long, value_name = "NVIDIA_TARGET")]
     run_on: Option<String>,
+    /// Int8-dot GEMVs (input quantized to int8, integer dot products): `auto` where the
+    /// matrix is large enough to be bound by its weight reads, `always` wherever the
+    /// target and quant type allow, `never`.
+    #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<Int8Dot>())]
+    int8: Int8Dot,
     /// Test only: plant a fault (`wrong:KERNEL` or `hang:KERNEL`) to prove the
     /// runtime's self-test and watchdog catch it.
     #[arg(long, hide = true, value_parser = Fault::parse)]
@@ -220,7 +225,7 @@ fn compile(args: CompileArgs) -> Result<()> {
     let run_on = args.run_on.as_deref().map(Target::load).transpose()?;
     let pack = Pack::open(&pack)?;
     let tools = Toolchain::discover()?;
-    let options = Options { spec: args.spec, checked: args.checked, fault: args.fault };
+    let options = Options { spec: args.spec, checked: args.checked, fault: args.fault, int8: args.int8 };
     let request = Request {
         pack: &pack,
         target: &target,

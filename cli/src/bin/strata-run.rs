@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use strata_compiler::plan::Int8Dot;
 use strata_runtime::backend::RunError;
 use strata_runtime::chat::{self, Message};
 use strata_runtime::generate;
@@ -97,6 +98,14 @@ enum Command {
         /// Repetitions (after one warm-up).
         #[arg(short = 'r', long, default_value_t = 3)]
         reps: usize,
+        /// Also time each single-token matrix-vector kernel alone: bytes moved, time,
+        /// GB/s, and % of the copy bandwidth measured in the same run.
+        #[arg(long)]
+        kernels: bool,
+        /// A llama.cpp `llama-bench` binary: also measure llama.cpp on the same pack and
+        /// print the ratios.
+        #[arg(long, value_name = "PATH")]
+        llama_bench: Option<PathBuf>,
     },
     /// Serves an OpenAI-compatible API (`/v1/chat/completions`, `/v1/completions`,
     /// `/v1/models`, `/health`, `/metrics`).
@@ -146,6 +155,10 @@ struct OpenArgs {
     /// Seconds a kernel may run before it is reported as a hang.
     #[arg(long, default_value_t = 10.0)]
     deadline: f64,
+    /// Int8-dot GEMVs where kernels are planned here (CPU) or compiled into the cache:
+    /// auto, always or never (see strata-compile --int8).
+    #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<Int8Dot>())]
+    int8: Int8Dot,
 }
 
 #[derive(Args)]
@@ -197,6 +210,7 @@ fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOption
         selftest,
         deadline: Duration::from_secs_f64(args.deadline.max(0.001)),
         slots,
+        int8: args.int8,
     }
 }
 
@@ -336,7 +350,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("perplexity {ppl:.4} over {scored} tokens (windows of {window})");
             Ok(())
         }
-        Command::Bench { open: o, prompt_tokens, gen_tokens, reps } => {
+        Command::Bench { open: o, prompt_tokens, gen_tokens, reps, kernels, llama_bench } => {
             let mut s = open(&o, SelfTest::Auto, false, 1)?;
             let (pp, tg) = generate::bench(&mut s, prompt_tokens, gen_tokens, reps)?;
             println!(
@@ -344,6 +358,19 @@ fn run(cli: Cli) -> Result<()> {
                 s.device.name,
                 s.model.window()
             );
+            if kernels {
+                // After the passes above, so that kernels planned on demand (CPU) are known.
+                print_kernel_report(&s.model.bench_kernels(100)?);
+            }
+            if let Some(binary) = llama_bench {
+                drop(s); // llama.cpp gets the whole device
+                let (lpp, ltg) = generate::llama_bench(&binary, &o.pack, prompt_tokens, gen_tokens, reps)?;
+                println!(
+                    "llama.cpp pp{prompt_tokens} {lpp:.1} t/s  tg{gen_tokens} {ltg:.1} t/s  ratio strata/llama.cpp: pp {:.2}x  tg {:.2}x",
+                    pp / lpp,
+                    tg / ltg
+                );
+            }
             Ok(())
         }
         Command::Serve { open: o, host, port, api_key, parallel, body_limit } => {
@@ -374,5 +401,16 @@ fn run(cli: Cli) -> Result<()> {
             println!("self-test passed on {} ({})", s.device.name, s.device.arch);
             Ok(())
         }
+    }
+}
+
+/// The per-kernel table of `strata-run bench --kernels`.
+fn print_kernel_report(r: &strata_runtime::model::KernelReport) {
+    let copy = r.copy_bytes_per_s / 1e9;
+    println!("copy bandwidth {copy:.0} GB/s (device to device, bytes read + written)");
+    println!("{:<40} {:>12} {:>10} {:>9} {:>7}", "kernel", "bytes", "time (us)", "GB/s", "% copy");
+    for k in &r.kernels {
+        let gbs = k.bytes as f64 / k.seconds / 1e9;
+        println!("{:<40} {:>12} {:>10.2} {:>9.0} {:>6.1}%", k.name, k.bytes, k.seconds * 1e6, gbs, 100.0 * gbs / copy);
     }
 }

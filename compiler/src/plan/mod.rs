@@ -33,11 +33,47 @@ pub struct Options {
     /// catch one (tests only; recorded in the manifest).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<Fault>,
+    /// Where the int8-dot GEMVs are used (see [`rules::gemv_q8`]).
+    #[serde(default, skip_serializing_if = "Int8Dot::is_auto")]
+    pub int8: Int8Dot,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { spec: 4, checked: false, fault: None }
+        Options { spec: 4, checked: false, fault: None, int8: Int8Dot::Auto }
+    }
+}
+
+/// Which GEMVs quantize their input to int8 and use integer dot products.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Int8Dot {
+    /// Where the target has an int8 dot instruction, the type an int8 decoder, and the
+    /// matrix is large enough to be bound by its weight reads.
+    #[default]
+    Auto,
+    /// Wherever the target and the type allow, whatever the size (tests; small models).
+    Always,
+    /// Never: every product dequantizes to float (to compare the two paths' numerics).
+    Never,
+}
+
+impl Int8Dot {
+    fn is_auto(&self) -> bool {
+        *self == Int8Dot::Auto
+    }
+}
+
+impl std::str::FromStr for Int8Dot {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Int8Dot, String> {
+        match s {
+            "auto" => Ok(Int8Dot::Auto),
+            "always" => Ok(Int8Dot::Always),
+            "never" => Ok(Int8Dot::Never),
+            _ => Err(format!("{s:?} is not auto, always or never")),
+        }
     }
 }
 
@@ -95,6 +131,13 @@ pub enum Op {
         cols: u32,
         /// Columns per launch.
         window: u32,
+    },
+    /// Quantizes rows of `cols` floats to int8 per 32-element chunk (scale = max |x| / 127,
+    /// round half away from zero), with each chunk's scale and sum of quants: the input of
+    /// the int8-dot GEMVs, made once and read by every product of the same input.
+    QuantizeQ8 {
+        /// Row length.
+        cols: u32,
     },
     /// `y[r] = x[r] · w / sqrt(mean(x[r]²) + eps)` over rows of `n`.
     RmsNorm {
@@ -179,6 +222,7 @@ impl Op {
     pub fn kind(&self) -> &'static str {
         match self {
             Op::Gemv { .. } => "gemv",
+            Op::QuantizeQ8 { .. } => "quantize_q8",
             Op::RmsNorm { .. } => "rmsnorm",
             Op::AddRmsNorm { .. } => "add_rmsnorm",
             Op::RopeStore { .. } => "rope_store",
@@ -197,6 +241,7 @@ impl Op {
         match self {
             Op::Gemv { quant, rows, cols, window: 1 } => format!("gemv_{}_{rows}x{cols}", q(quant)),
             Op::Gemv { quant, rows, cols, window } => format!("gemv_{}_{rows}x{cols}_t{window}", q(quant)),
+            Op::QuantizeQ8 { cols } => format!("quantize_q8_{cols}"),
             Op::RmsNorm { n, .. } => format!("rmsnorm_{n}"),
             Op::AddRmsNorm { n, .. } => format!("add_rmsnorm_{n}"),
             Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
@@ -307,15 +352,8 @@ pub struct Scalar {
     pub max: u32,
 }
 
-/// How the GEMV inner product is computed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DotPath {
-    /// Dequantize to f32 and accumulate with fused multiply-adds.
-    Float,
-}
-
-/// Tuning of a GEMV (see [`rules::gemv`]).
+/// Tuning of a float-dot GEMV (see [`rules::gemv`]): weights dequantized to f32 and
+/// accumulated with fused multiply-adds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GemvTuning {
     /// Waves per block.
@@ -328,16 +366,37 @@ pub struct GemvTuning {
     pub tile_cols: u32,
     /// Floats per 32-element chunk in the shared tile (see [`rules::CHUNK_STRIDE`]).
     pub chunk_stride: u32,
-    /// Inner product path.
-    pub dot: DotPath,
+}
+
+/// Tuning of an int8-dot GEMV (see [`rules::gemv_q8`]): one row per wave; each wave
+/// streams its row through a shared-memory slab with wide coalesced loads, one slab in
+/// flight while the previous one is decoded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemvQ8Tuning {
+    /// Waves per block (= rows per block).
+    pub waves: u32,
+    /// Bytes of each weight load (16, 8, 4 or 2: the widest dividing the row length).
+    pub vector_bytes: u32,
+    /// Bytes of one slab: whole quant blocks and whole vectors.
+    pub slab_bytes: u32,
+    /// 32-element chunks in one slab (a multiple of the wave size).
+    pub slab_chunks: u32,
+    /// Vector loads per lane per slab.
+    pub loads: u32,
+    /// Bytes of the type's lookup grid, staged in shared memory once per block (0: none).
+    /// Lanes look up different entries, which shared memory serves in a few cycles and
+    /// a cache only line by line.
+    pub table_bytes: u32,
 }
 
 /// Per-op tuning.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Tuning {
-    /// GEMV tuning.
+    /// GEMV tuning (float dot).
     Gemv(GemvTuning),
+    /// Int8-dot GEMV tuning.
+    GemvQ8(GemvQ8Tuning),
     /// Block-per-row or elementwise ops need only their thread count (in `Launch`).
     None {},
 }
@@ -463,7 +522,16 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         }
     }
 
-    let mut kernels: Vec<KernelSpec> = ops.into_iter().map(|op| rules::kernel(op, target)).collect();
+    let mut kernels: Vec<KernelSpec> = ops.into_iter().map(|op| rules::kernel_with(op, target, options.int8)).collect();
+    // Int8-dot products read their input quantized once: one quantizer per row length.
+    let q8_cols: std::collections::BTreeSet<u32> = kernels
+        .iter()
+        .filter_map(|k| match (&k.op, &k.tuning) {
+            (Op::Gemv { cols, .. }, Tuning::GemvQ8(_)) => Some(*cols),
+            _ => None,
+        })
+        .collect();
+    kernels.extend(q8_cols.into_iter().map(|cols| rules::kernel(Op::QuantizeQ8 { cols }, target)));
     if options.checked {
         for k in &mut kernels {
             k.buffers.push(Buffer {

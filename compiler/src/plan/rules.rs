@@ -5,7 +5,8 @@
 //! issue) may replace a rule's choice with a measured one; these defaults must already
 //! be good.
 
-use super::{Buffer, Dim, DotPath, Elem, Extent, GemvTuning, KernelSpec, Launch, Op, Scalar, Tuning};
+use super::{Buffer, Dim, Elem, Extent, GemvQ8Tuning, GemvTuning, Int8Dot, KernelSpec, Launch, Op, Scalar, Tuning};
+use crate::quant::GgmlType;
 use crate::target::Target;
 
 /// Waves per block for GEMV and attention: four waves hide latency well on every
@@ -24,8 +25,35 @@ pub const MAX_CONTEXT: u32 = 1 << 20;
 /// 128-bit access phase, reading chunks 36 words apart, hit all 32 banks once.
 pub const CHUNK_STRIDE: u32 = 36;
 
-/// The full kernel record for `op` on `target`.
+/// Quant types with an int8 dot decoder (`strata_dot32_<type>` in `templates/quant/`).
+pub const INT8_DOT: [GgmlType; 9] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ1_M,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+];
+/// Smallest weight matrix that takes the int8 path by default. Below it a product is
+/// bound by launch latency rather than by its weight reads, and the extra quantizer
+/// launch costs more than the cheaper dot products save (SmolLM2's layer matrices are
+/// below it).
+pub const INT8_MIN_BYTES: u64 = 4 << 20;
+/// Bytes a wave keeps in flight per slab of an int8 GEMV, at least.
+pub const SLAB_TARGET_BYTES: u32 = 1024;
+/// Waves per block of an int8 GEMV (one row each).
+pub const Q8_WAVES: u32 = 8;
+
+/// The full kernel record for `op` on `target` (int8 GEMVs by the default rule).
 pub fn kernel(op: Op, target: &Target) -> KernelSpec {
+    kernel_with(op, target, Int8Dot::Auto)
+}
+
+/// The full kernel record for `op` on `target`, with int8 GEMVs where `int8` says.
+pub fn kernel_with(op: Op, target: &Target, int8: Int8Dot) -> KernelSpec {
     let wave = target.device.wave_size;
     let name = op.kernel_name();
     let rows = |name: &str| Dim::Runtime { arg: name.into(), per_block: 1 };
@@ -42,6 +70,38 @@ pub fn kernel(op: Op, target: &Target) -> KernelSpec {
     let block_per_row = |n: u32, cap: u32| round_up(n.div_ceil(4), wave).clamp(wave, cap.max(wave));
 
     let (launch, tuning, buffers, scalars) = match &op {
+        Op::Gemv { quant, rows: r, cols, window } if gemv_q8(*quant, *r, *cols, target, int8).is_some() => {
+            let Some(t) = gemv_q8(*quant, *r, *cols, target, int8) else { unreachable!("matched above") };
+            let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
+            let grid = [Dim::Fixed(r.div_ceil(t.waves)), Dim::Fixed(1), Dim::Fixed(1)];
+            let shared = t.waves * t.slab_bytes.next_multiple_of(16) + t.table_bytes;
+            (
+                launch(grid, t.waves * wave, shared),
+                Tuning::GemvQ8(t),
+                vec![
+                    buffer("w", Elem::U8, Extent::Fixed(u64::from(*r) * row_bytes), false),
+                    buffer("xq", Elem::U8, Extent::Fixed(u64::from(window * cols)), false),
+                    buffer("xd", Elem::F32, Extent::Fixed(u64::from(window * cols / 32 * 2)), false),
+                    buffer("y", Elem::F32, Extent::Fixed(u64::from(window * r)), true),
+                ],
+                vec![],
+            )
+        }
+        Op::QuantizeQ8 { cols } => {
+            // One thread per 32-element chunk; rows on grid x, chunk groups on grid y.
+            let chunks = cols / 32;
+            let threads = round_up(chunks, wave).min(ELEMENTWISE_THREADS);
+            (
+                launch([rows("rows"), Dim::Fixed(chunks.div_ceil(threads)), Dim::Fixed(1)], threads, 0),
+                Tuning::None {},
+                vec![
+                    buffer("x", Elem::F32, per("rows", *cols), false),
+                    buffer("xq", Elem::U8, per("rows", *cols), true),
+                    buffer("xd", Elem::F32, per("rows", chunks * 2), true),
+                ],
+                vec![scalar("rows", MAX_ROWS)],
+            )
+        }
         Op::Gemv { quant, rows: r, cols, window } => {
             let t = gemv(*r, *cols, *window, target);
             let threads = t.waves * wave;
@@ -206,16 +266,105 @@ pub fn gemv(rows: u32, cols: u32, window: u32, target: &Target) -> GemvTuning {
     let budget = target.device.shared_bytes_per_block / 2;
     let fit = budget / (window * CHUNK_STRIDE * 4);
     let tile_chunks = if fit >= chunks { chunks } else { (fit / 8 * 8).max(8.min(chunks)) };
-    GemvTuning {
-        waves,
-        split,
-        rows_per_block: waves / split,
-        tile_cols: tile_chunks * 32,
-        chunk_stride: CHUNK_STRIDE,
-        dot: DotPath::Float,
+    GemvTuning { waves, split, rows_per_block: waves / split, tile_cols: tile_chunks * 32, chunk_stride: CHUNK_STRIDE }
+}
+
+/// Int8-dot GEMV tuning for a `quant` matrix of `rows × cols`, or `None` where the float
+/// path is used.
+///
+/// - Taken where the target has a signed 4-way int8 dot (dp4a, sdot4 or sudot4) and the
+///   type an int8 decoder ([`INT8_DOT`]); by default ([`Int8Dot::Auto`]) only for
+///   matrices of at least [`INT8_MIN_BYTES`] whose rows are whole 16-byte vectors. The
+///   rule does not depend on the window, so a verify window computes exactly what
+///   decode does.
+/// - One row per wave, [`Q8_WAVES`] waves per block: no block barriers, and a wave's row
+///   is one contiguous stream of loads, each the widest (16, 8, 4 or 2 bytes) that
+///   divides the row length, so every row starts aligned to it.
+/// - A slab is the smallest run of whole blocks that is whole vectors and whole
+///   wave-sized chunk groups (every lane decodes the same number of chunks), doubled
+///   until it reaches [`SLAB_TARGET_BYTES`] or covers the row: enough bytes in flight
+///   per wave that a short row is one round trip to memory.
+/// - IQ types' lookup grids are staged in shared memory ([`lookup_table`]).
+pub fn gemv_q8(quant: GgmlType, rows: u32, cols: u32, target: &Target, int8: Int8Dot) -> Option<GemvQ8Tuning> {
+    let f = &target.features;
+    let row_bytes = quant.row_bytes(u64::from(cols))?;
+    // By default only rows of whole 16-byte vectors: narrower loads do not reach the
+    // bandwidth that pays for the quantizer launch (and SmolLM2's 612-byte Q8_0 output
+    // rows keep their float path, so its outputs stay those of the float reference).
+    let big = u64::from(rows) * row_bytes >= INT8_MIN_BYTES && row_bytes % 16 == 0;
+    let wanted = match int8 {
+        Int8Dot::Auto => big,
+        Int8Dot::Always => true,
+        Int8Dot::Never => false,
+    };
+    if !(wanted && (f.dp4a || f.sdot4 || f.sudot4) && INT8_DOT.contains(&quant)) {
+        return None;
     }
+    let vector = [16u32, 8, 4, 2].into_iter().find(|v| row_bytes % u64::from(*v) == 0)?;
+    let wave = target.device.wave_size;
+    let (block_bytes, block_chunks) = (quant.block_bytes() as u32, quant.block_len() as u32 / 32);
+    // Blocks per unit: whole vectors, then whole chunk groups of a wave.
+    let mut blocks = lcm(block_bytes, vector) / block_bytes;
+    blocks *= lcm(blocks * block_chunks, wave) / (blocks * block_chunks);
+    let row_chunks = cols / 32;
+    while blocks * block_bytes < SLAB_TARGET_BYTES && blocks * block_chunks < row_chunks {
+        blocks *= 2;
+    }
+    let slab_bytes = blocks * block_bytes;
+    Some(GemvQ8Tuning {
+        waves: Q8_WAVES,
+        vector_bytes: vector,
+        slab_bytes,
+        slab_chunks: blocks * block_chunks,
+        loads: (slab_bytes / vector).div_ceil(wave),
+        table_bytes: lookup_table(quant).map_or(0, |(_, elem, len)| elem * len),
+    })
+}
+
+/// The lookup grid an int8 decoder reads: (name in the module, bytes an entry, entries).
+pub fn lookup_table(quant: GgmlType) -> Option<(&'static str, u32, u32)> {
+    match quant {
+        GgmlType::IQ1_M => Some(("strata_iq1s_grid", 8, 2048)),
+        GgmlType::IQ2_XS => Some(("strata_iq2xs_grid", 8, 512)),
+        GgmlType::IQ3_XXS => Some(("strata_iq3xxs_grid", 4, 256)),
+        GgmlType::IQ3_S => Some(("strata_iq3s_grid", 4, 512)),
+        _ => None,
+    }
+}
+
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+fn lcm(a: u32, b: u32) -> u32 {
+    a / gcd(a, b) * b
 }
 
 fn round_up(n: u32, m: u32) -> u32 {
     n.div_ceil(m) * m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int8_dot_is_taken_by_default_only_where_weight_reads_dominate() {
+        let sm90 = Target::load("sm_90").expect("known");
+        let down = gemv_q8(GgmlType::Q4_0, 4096, 14_336, &sm90, Int8Dot::Auto).expect("an 8B down projection");
+        assert_eq!((down.vector_bytes, down.slab_bytes, down.slab_chunks), (16, 1152, 64));
+        // SmolLM2's products are latency-bound, and its 30 MiB output has 612-byte rows:
+        // float unless asked.
+        assert_eq!(gemv_q8(GgmlType::Q4_1, 1536, 576, &sm90, Int8Dot::Auto), None);
+        assert_eq!(gemv_q8(GgmlType::Q8_0, 49_152, 576, &sm90, Int8Dot::Auto), None);
+        let small = gemv_q8(GgmlType::Q4_1, 1536, 576, &sm90, Int8Dot::Always).expect("forced");
+        assert_eq!(small.vector_bytes, 8, "360-byte rows load 8 bytes at a time");
+        assert_eq!(gemv_q8(GgmlType::Q4_0, 4096, 14_336, &sm90, Int8Dot::Never), None);
+        assert_eq!(gemv_q8(GgmlType::Q5_0, 4096, 14_336, &sm90, Int8Dot::Always), None, "no int8 decoder");
+        // Wave64: every lane gets the same number of chunks.
+        let gfx90a = Target::load("gfx90a").expect("known");
+        let g = gemv_q8(GgmlType::IQ2_XS, 4096, 14_336, &gfx90a, Int8Dot::Auto).expect("sdot4");
+        assert_eq!(g.slab_chunks % 64, 0);
+        assert_eq!(g.slab_bytes % 74, 0);
+    }
 }

@@ -64,7 +64,14 @@ impl Cpu {
         match &spec.op {
             Op::Gemv { quant, rows, cols, window } => {
                 let (rows, cols, window) = (*rows as usize, *cols as usize, *window as usize);
-                let x = floats(input("x"), window * cols);
+                // An int8-dot kernel reads its input quantized: the reference multiplies by
+                // the same dequantized activations, so only the summation order differs.
+                let x = if spec.buffers.iter().any(|b| b.name == "xq") {
+                    let (xq, xd) = (input("xq"), floats(input("xd"), window * cols / 16));
+                    (0..window * cols).map(|i| f32::from(xq[i] as i8) * xd[i / 32 * 2]).collect()
+                } else {
+                    floats(input("x"), window * cols)
+                };
                 let w = input("w");
                 let row_bytes = quant.row_bytes(cols as u64).unwrap_or(0) as usize;
                 let mut y = vec![0f32; window * rows];
@@ -83,6 +90,12 @@ impl Cpu {
                     }
                 }
                 outputs.push(("y", f32_bytes(&y)));
+            }
+            Op::QuantizeQ8 { cols } => {
+                let (cols, rows) = (*cols as usize, scalar("rows") as usize);
+                let (xq, xd) = quantize_q8(&floats(input("x"), rows * cols));
+                outputs.push(("xq", xq));
+                outputs.push(("xd", f32_bytes(&xd)));
             }
             Op::RmsNorm { n, eps } => {
                 let (n, rows) = (*n as usize, scalar("rows") as usize);
@@ -216,6 +229,27 @@ impl Cpu {
 }
 
 /// `x · w / sqrt(mean(x²) + eps)` for each row of `n` (the mean in f64).
+/// Int8 quants of `x` per 32-element chunk, and per chunk (scale, sum of quants), exactly
+/// as the `quantize_q8` kernel makes them: scale = max |x| / 127, quant = round(x · (1 /
+/// scale)) half away from zero, all zero where the scale is.
+pub fn quantize_q8(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    let mut xq = Vec::with_capacity(x.len());
+    let mut xd = Vec::with_capacity(x.len() / 16);
+    for chunk in x.chunks(32) {
+        let amax = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let mut sum = 0i32;
+        for v in chunk {
+            let q = (v * id).round() as i32;
+            sum += q;
+            xq.push(q as i8 as u8);
+        }
+        xd.extend([d, sum as f32]);
+    }
+    (xq, xd)
+}
+
 fn rmsnorm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
     let mut y = vec![0f32; x.len()];
     for (row, out) in x.chunks_exact(n).zip(y.chunks_exact_mut(n)) {
@@ -332,6 +366,15 @@ impl Backend for Cpu {
         Ok(())
     }
 
+    fn copy(&mut self, from: BufferId, to: BufferId, bytes: usize) -> Result<(), RunError> {
+        if bytes > self.buffers[from.0].len() || bytes > self.buffers[to.0].len() {
+            return Err(RunError::Other("copy past the end of a buffer".into()));
+        }
+        let data = self.buffers[from.0][..bytes].to_vec();
+        self.buffers[to.0][..bytes].copy_from_slice(&data);
+        Ok(())
+    }
+
     fn sync_within(&mut self, _deadline: Duration) -> Result<bool, RunError> {
         Ok(true)
     }
@@ -362,5 +405,69 @@ impl Backend for Cpu {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+    use strata_compiler::plan::{Int8Dot, Tuning, rules};
+    use strata_compiler::quant::{GgmlType, random_blocks, random_floats};
+    use strata_compiler::target::Target;
+
+    use super::*;
+
+    #[test]
+    fn q8_quants_round_half_away_from_zero_with_the_chunk_scale() {
+        let mut x = vec![0f32; 64];
+        x[0] = 1.27; // the chunk's scale is 0.01
+        x[1] = -0.005; // -0.5 quants: away from zero
+        x[2] = 0.635;
+        let (q, d) = quantize_q8(&x);
+        assert_eq!(&q[..3], &[127u8, (-1i8) as u8, 64]);
+        assert!((d[0] - 0.01).abs() < 1e-9);
+        assert_eq!(d[1], 190.0, "the sum of the chunk's quants");
+        assert_eq!(&d[2..], &[0.0, 0.0], "an all-zero chunk has scale 0 and quants 0");
+    }
+
+    /// The int8 GEMV's reference is the float GEMV of the dequantized activations.
+    #[test]
+    fn int8_gemv_reference_is_the_float_product_of_dequantized_activations() {
+        let target = Target::load("sm_90").expect("known");
+        let (rows, cols, window) = (8u32, 512u32, 3u32);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for quant in [GgmlType::Q4_0, GgmlType::IQ2_XS] {
+            let op = Op::Gemv { quant, rows, cols, window };
+            let (q8, float) = (
+                rules::kernel_with(op.clone(), &target, Int8Dot::Always),
+                rules::kernel_with(op, &target, Int8Dot::Never),
+            );
+            assert!(matches!(q8.tuning, Tuning::GemvQ8(_)) && matches!(float.tuning, Tuning::Gemv(_)));
+            let mut w = vec![0u8; quant.row_bytes(u64::from(cols)).expect("whole") as usize * rows as usize];
+            random_blocks(quant, &mut rng, &mut w, 0.05).expect("valid");
+            let x = random_floats(&mut rng, (window * cols) as usize, 1.0);
+            let (xq, xd) = quantize_q8(&x);
+            let dequantized: Vec<f32> = (0..x.len()).map(|i| f32::from(xq[i] as i8) * xd[i / 32 * 2]).collect();
+            let mut cpu = Cpu::new();
+            let mut buffer = |bytes: &[u8]| {
+                let b = cpu.alloc(bytes.len()).expect("host memory");
+                cpu.write(b, 0, bytes).expect("in bounds");
+                Arg::Buf(b, 0)
+            };
+            let (wb, xqb, xdb, xb) =
+                (buffer(&w), buffer(&xq), buffer(&f32_bytes(&xd)), buffer(&f32_bytes(&dequantized)));
+            let (y1, y2) =
+                (buffer(&vec![0; (window * rows) as usize * 4]), buffer(&vec![0; (window * rows) as usize * 4]));
+            cpu.call(&q8, &[("w", wb), ("xq", xqb), ("xd", xdb), ("y", y1)]).expect("runs");
+            cpu.call(&float, &[("w", wb), ("x", xb), ("y", y2)]).expect("runs");
+            let read = |cpu: &mut Cpu, a: Arg| {
+                let Arg::Buf(b, _) = a else { unreachable!() };
+                let mut out = vec![0u8; (window * rows) as usize * 4];
+                cpu.read(b, 0, &mut out).expect("in bounds");
+                floats(&out, (window * rows) as usize)
+            };
+            assert_eq!(read(&mut cpu, y1), read(&mut cpu, y2), "{quant}");
+        }
     }
 }

@@ -8,14 +8,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 use strata_compiler::plan::KernelSpec;
 
-use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, RunError, grid};
+use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, Mark, RunError, grid};
 
 /// Whether a CUDA driver library can be loaded on this machine.
 pub fn driver_present() -> bool {
@@ -36,6 +36,8 @@ pub struct Cuda {
     names: Vec<String>,
     specs: HashMap<String, KernelSpec>,
     graphs: Vec<CudaGraph>,
+    /// Timing events recorded by `mark`.
+    events: Vec<CudaEvent>,
     errors: Option<BufferId>,
     /// The last kernel queued, to name in a hang report.
     last_kernel: String,
@@ -85,6 +87,7 @@ impl Cuda {
             names: Vec::new(),
             specs: HashMap::new(),
             graphs: Vec::new(),
+            events: Vec::new(),
             errors: None,
             last_kernel: String::new(),
             hung: false,
@@ -219,6 +222,37 @@ impl Backend for Cuda {
             .map_err(|e| RunError::Launch { kernel: spec.name.clone(), message: e.to_string() })?;
         self.last_kernel = spec.name.clone();
         Ok(())
+    }
+
+    fn copy(&mut self, from: BufferId, to: BufferId, bytes: usize) -> Result<(), RunError> {
+        if bytes > self.size(from) || bytes > self.size(to) {
+            return Err(RunError::Other("copy past the end of a buffer".into()));
+        }
+        let (a, b) = if from.0 < to.0 {
+            let (lo, hi) = self.buffers.split_at_mut(to.0);
+            (&lo[from.0], &mut hi[0])
+        } else if from.0 > to.0 {
+            let (lo, hi) = self.buffers.split_at_mut(from.0);
+            (&hi[0], &mut lo[to.0])
+        } else {
+            return Err(RunError::Other("copy of a buffer onto itself".into()));
+        };
+        let mut dst = b.slice_mut(0..bytes);
+        self.stream.memcpy_dtod(&a.slice(0..bytes), &mut dst).map_err(driver("cuMemcpyDtoDAsync"))
+    }
+
+    fn mark(&mut self) -> Result<Mark, RunError> {
+        let event = self.stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("cuEventRecord"))?;
+        self.events.push(event);
+        Ok(Mark::Event(self.events.len() - 1))
+    }
+
+    fn seconds(&mut self, from: Mark, to: Mark) -> Result<f64, RunError> {
+        let (Mark::Event(a), Mark::Event(b)) = (from, to) else {
+            return Err(RunError::Other("timing marks of another backend".into()));
+        };
+        let ms = self.events[a].elapsed_ms(&self.events[b]).map_err(driver("cuEventElapsedTime"))?;
+        Ok(f64::from(ms) / 1e3)
     }
 
     fn sync_within(&mut self, deadline: Duration) -> Result<bool, RunError> {

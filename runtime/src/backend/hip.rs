@@ -18,6 +18,7 @@ const HIP_SUCCESS: HipError = 0;
 const HIP_ERROR_NOT_READY: HipError = 600;
 const MEMCPY_HOST_TO_DEVICE: c_int = 1;
 const MEMCPY_DEVICE_TO_HOST: c_int = 2;
+const MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
 
 /// The HIP runtime functions strata calls, resolved from libamdhip64.
 struct Api {
@@ -241,6 +242,15 @@ impl Backend for Hip {
                 (self.api.memcpy)(out.as_mut_ptr().cast(), src, out.len(), MEMCPY_DEVICE_TO_HOST),
             )
         }
+    }
+
+    fn copy(&mut self, from: BufferId, to: BufferId, bytes: usize) -> Result<(), RunError> {
+        if bytes > self.size(from) || bytes > self.size(to) {
+            return Err(RunError::Other("copy past the end of a buffer".into()));
+        }
+        let (src, dst) = (self.pointer(from, 0) as *const c_void, self.pointer(to, 0) as *mut c_void);
+        // SAFETY: both ranges are within live device allocations (checked above).
+        unsafe { self.api.check("hipMemcpyDtoD", (self.api.memcpy)(dst, src, bytes, MEMCPY_DEVICE_TO_DEVICE)) }
     }
 
     fn launch(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError> {

@@ -10,9 +10,18 @@ pub mod cpu;
 pub mod cuda;
 pub mod hip;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use strata_compiler::plan::{Buffer, Dim, ERROR_BUFFER, Extent, KernelSpec};
+
+/// A point in a backend's queue of work, for benchmarks (see [`Backend::mark`]).
+#[derive(Clone, Copy, Debug)]
+pub enum Mark {
+    /// The host clock after all earlier work finished.
+    Host(Instant),
+    /// A device event recorded after all earlier work (index into the backend's events).
+    Event(usize),
+}
 
 /// A buffer on a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -136,6 +145,26 @@ pub trait Backend {
 
     /// Queues a recorded graph.
     fn replay(&mut self, graph: GraphId) -> Result<(), RunError>;
+
+    /// Queues a copy of `bytes` from the start of `from` to the start of `to` (the copy
+    /// bandwidth that benchmarks relate kernel bandwidth to).
+    fn copy(&mut self, from: BufferId, to: BufferId, bytes: usize) -> Result<(), RunError>;
+
+    /// A timing mark after all queued work. By default the host clock once that work
+    /// has finished; a GPU backend records a device event instead, so that marks do not
+    /// stall the queue and time only the device.
+    fn mark(&mut self) -> Result<Mark, RunError> {
+        self.sync()?;
+        Ok(Mark::Host(Instant::now()))
+    }
+
+    /// Seconds from mark `from` to the later mark `to` (waits for `to`).
+    fn seconds(&mut self, from: Mark, to: Mark) -> Result<f64, RunError> {
+        match (from, to) {
+            (Mark::Host(a), Mark::Host(b)) => Ok(b.saturating_duration_since(a).as_secs_f64()),
+            _ => Err(RunError::Other("timing marks of another backend".into())),
+        }
+    }
 
     /// Where the backend keeps its `--checked` error buffer, once allocated.
     fn error_slot(&mut self) -> &mut Option<BufferId>;

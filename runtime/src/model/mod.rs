@@ -5,14 +5,17 @@
 //! ids and the position, and reads what it asked for (logits or the argmax token). A
 //! decode step of one token is captured once and replayed (a CUDA graph on CUDA).
 
+mod kernel_bench;
 mod rope;
 mod upload;
+
+pub use kernel_bench::{KernelReport, KernelTiming};
 
 use upload::Uploader;
 
 use strata_compiler::model::{Family, ModelDesc};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{Op, RopeStyle};
+use strata_compiler::plan::{Op, RopeStyle, Tuning};
 use strata_compiler::quant::GgmlType;
 
 use crate::backend::{Arg, Backend, BufferId, GraphId, RunError};
@@ -79,6 +82,9 @@ struct Scratch {
     up: BufferId,
     gate_up: BufferId,
     act: BufferId,
+    /// The int8 quants of a product's input, and per 32-element chunk (scale, sum).
+    xq: BufferId,
+    xd: BufferId,
     logits: BufferId,
     ids: BufferId,
     pos: BufferId,
@@ -178,6 +184,7 @@ impl Model {
         let f32s = |b: &mut dyn Backend, n: usize| b.alloc(n * 4);
         let (e, qd, kd, ffn) =
             (desc.embd as usize, (desc.heads * desc.head_dim_k) as usize, kv_width, desc.ffn as usize);
+        let widest = [e, qd, ffn].into_iter().max().unwrap_or(0);
         let s = Scratch {
             x: [f32s(b, w * e)?, f32s(b, w * e)?],
             h: f32s(b, w * e)?,
@@ -192,6 +199,8 @@ impl Model {
             up: f32s(b, w * ffn)?,
             gate_up: f32s(b, 2 * ffn)?,
             act: f32s(b, w * ffn)?,
+            xq: b.alloc(w * widest)?,
+            xd: f32s(b, w * widest / 16)?,
             logits: f32s(b, w * desc.vocab as usize)?,
             ids: f32s(b, w)?,
             pos: f32s(b, 1)?,
@@ -344,9 +353,31 @@ impl Model {
     }
 
     fn gemv(&mut self, w: Weight, x: Arg, y: Arg, window: u32) -> Result<(), RunError> {
-        let op = Op::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window };
-        let spec = self.kernels.get(&op)?;
-        self.backend.call(&spec, &[("w", Arg::Buf(w.buf, w.offset)), ("x", x), ("y", y)])
+        self.products(x, window, &[(w, y)])
+    }
+
+    /// The products of one input `x` (`window` rows): where any takes the int8 path, `x`
+    /// is quantized once for all of them.
+    fn products(&mut self, x: Arg, window: u32, products: &[(Weight, Arg)]) -> Result<(), RunError> {
+        let specs = products
+            .iter()
+            .map(|(w, _)| self.kernels.get(&Op::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window }))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (xq, xd) = (Arg::Buf(self.s.xq, 0), Arg::Buf(self.s.xd, 0));
+        if let Some((w, _)) =
+            products.iter().zip(&specs).find(|(_, s)| matches!(s.tuning, Tuning::GemvQ8(_))).map(|p| p.0)
+        {
+            let quantize = self.kernels.get(&Op::QuantizeQ8 { cols: w.cols })?;
+            self.backend.call(&quantize, &[("x", x), ("xq", xq), ("xd", xd), ("rows", Arg::U32(window))])?;
+        }
+        for ((w, y), spec) in products.iter().zip(&specs) {
+            let weights = ("w", Arg::Buf(w.buf, w.offset));
+            match spec.tuning {
+                Tuning::GemvQ8(_) => self.backend.call(spec, &[weights, ("xq", xq), ("xd", xd), ("y", *y)])?,
+                _ => self.backend.call(spec, &[weights, ("x", x), ("y", *y)])?,
+            }
+        }
+        Ok(())
     }
 
     fn rmsnorm(&mut self, n: u32, x: Arg, w: Weight, y: Arg, rows: u32) -> Result<(), RunError> {
@@ -428,9 +459,7 @@ impl Model {
                 }
                 _ => {
                     let (q, k, v) = (buf(self.s.q), buf(self.s.k), buf(self.s.v));
-                    self.gemv(ly.q, buf(h), q, t)?;
-                    self.gemv(ly.k, buf(h), k, t)?;
-                    self.gemv(ly.v, buf(h), v, t)?;
+                    self.products(buf(h), t, &[(ly.q, q), (ly.k, k), (ly.v, v)])?;
                     (q, k, v)
                 }
             };
@@ -488,9 +517,9 @@ impl Model {
                     (buf(self.s.gate_up), at(self.s.gate_up, d.ffn))
                 }
                 _ => {
-                    self.gemv(ly.gate, buf(h), buf(self.s.gate), t)?;
-                    self.gemv(ly.up, buf(h), buf(self.s.up), t)?;
-                    (buf(self.s.gate), buf(self.s.up))
+                    let (gate, up) = (buf(self.s.gate), buf(self.s.up));
+                    self.products(buf(h), t, &[(ly.gate, gate), (ly.up, up)])?;
+                    (gate, up)
                 }
             };
             self.backend.call(&silu, &[("gate", gate), ("up", up), ("y", buf(act)), ("tokens", Arg::U32(t))])?;

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Decode at the bandwidth limit: per-kernel GEMV bandwidth and tg/pp beside llama.cpp on
+# Llama-8B-shape packs, on the device machine, in one run. Prints a summary table last.
+#
+# Needs .device/bin (release binaries), .device/bench/<pack>/ (artifacts made here by
+# scripts/prepare-bench.sh) and llama-bench (scripts/device/llama-bench.sh). The packs are
+# regenerated here with the same deterministic `synth` command as there, so the
+# artifacts' pack fingerprints match.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=.device/bin
+packs=${PACKS:-/tmp/strata-packs}
+out=${OUT:-/tmp}/bench
+mkdir -p "$packs" "$out"
+# PEER=0 skips llama.cpp (a quicker run while tuning); NCU=REGEX profiles the 4096x14336
+# GEMV of the packs whose names match with Nsight Compute.
+peer=()
+if [ "${PEER:-1}" != 0 ]; then
+    bash scripts/device/llama-bench.sh || { echo "no llama-bench"; exit 1; }
+    peer=(--llama-bench /tmp/llb/bin/llama-bench)
+fi
+summary=()
+while read -r name preset types layers; do
+    art=.device/bench/$name
+    [ -d "$art" ] || continue
+    pack=$packs/$name.gguf
+    extra=()
+    [ "$layers" != "-" ] && extra=(--layers "$layers")
+    $bin/strata-compile synth --preset "$preset" --type "$types" --seed 8 "${extra[@]}" --out "$pack" >/dev/null
+    echo "== $name"
+    if [ "$layers" = "-" ]; then
+        $bin/strata-run bench --pack "$pack" --artifacts "$art" --ctx 4096 --kernels -p 512 -n 128 -r 3 \
+            "${peer[@]}" 2>&1 | tee "$out/$name.txt"
+        if [ -n "${NCU:-}" ] && [[ "$name" =~ $NCU ]] && command -v ncu >/dev/null; then
+            # Where the time of the down projection goes (its self-test launch, same shape).
+            ncu --kernel-name "regex:gemv_.*_4096x14336$" --launch-count 1 --section SpeedOfLight \
+                --section Occupancy --section WarpStateStats --section LaunchStats \
+                $bin/strata-run selftest --pack "$pack" --artifacts "$art" --ctx 256 >"$out/$name-ncu.txt" 2>&1
+            grep -E "Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles" \
+                "$out/$name-ncu.txt" | head -20
+        fi
+        summary+=("$name|$(grep -o 'tg128 [0-9.]* t/s' "$out/$name.txt" | head -1)|$(grep -o 'llama.cpp pp512 [0-9.]* t/s  tg128 [0-9.]* t/s' "$out/$name.txt")|$(grep -o 'tg [0-9.]*x' "$out/$name.txt")")
+    else
+        $bin/strata-run bench --pack "$pack" --artifacts "$art" --ctx 256 --kernels -p 16 -n 16 -r 1 2>&1 | tee "$out/$name.txt"
+    fi
+    rm -f "$pack"
+done < <(grep -v '^#' scripts/device/bench-packs.txt)
+echo
+echo "== GEMV kernels at 4096x14336 and 14336x4096 (all packs)"
+grep -h -E "^(copy bandwidth|gemv_[a-z0-9_]+_(4096x14336|14336x4096) )" "$out"/*.txt | sort -u
+echo
+echo "== decode beside llama.cpp"
+printf '%s\n' "${summary[@]}"
