@@ -17,6 +17,27 @@ STRATA_DEVICE float strata_wave_max(float v) {
     return v;
 }
 
+// Quantizes v to int8 as quantize_q8 does, one element a lane, where each aligned group
+// of 32 lanes holds one 32-element chunk (its element j in lane j % 32; every lane of
+// the group active): the lane's quant goes to xq[at]; the chunk's first lane writes
+// (scale, sum of quants) to xd[at / 16 ..]; lanes with `store` false write nothing.
+// For kernels that make a GEMV's input.
+STRATA_DEVICE void strata_quantize_chunk(float v, u8* STRATA_RESTRICT xq, float* STRATA_RESTRICT xd, u64 at, bool store) {
+    float amax = __builtin_fabsf(v);
+    for (u32 m = 16; m > 0; m >>= 1) amax = __builtin_fmaxf(amax, strata_shfl_xor(amax, m));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const i32 q = (i32)__builtin_roundf(v * id);
+    i32 sum = q;
+    for (u32 m = 16; m > 0; m >>= 1) sum += strata_shfl_xor_i32(sum, m);
+    if (!store) return;
+    xq[at] = (u8)(q & 0xFF);
+    if (at % 32u == 0) {
+        xd[at / 16u] = d;
+        xd[at / 16u + 1u] = (float)sum;
+    }
+}
+
 // Little-endian loads from byte addresses of any alignment.
 STRATA_DEVICE u32 strata_ld16(const u8* p) { return (u32)p[0] | ((u32)p[1] << 8); }
 STRATA_DEVICE u32 strata_ld32(const u8* p) {

@@ -96,6 +96,8 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
         Dim::Fixed(n) => u64::from(n),
         Dim::Runtime { .. } => u64::MAX,
     };
+    // Buffers whose fixed extent must be exactly what the op's indices reach.
+    let mut extents: Vec<(&str, u64)> = Vec::new();
     match (&k.op, &k.tuning) {
         (Op::Gemv { quant, rows, cols, window }, Tuning::Gemv(g)) => {
             if !(1..=MAX_WINDOW).contains(window) {
@@ -133,20 +135,11 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
                 );
             }
             let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(u64::MAX);
-            let extents = [
+            extents = vec![
                 ("w", u64::from(*rows).saturating_mul(row_bytes)),
                 ("x", u64::from(window * cols)),
                 ("y", u64::from(window * rows)),
             ];
-            for (name, needed) in extents {
-                if fixed(name) != Some(needed) {
-                    fail(
-                        &format!("buffer {name}"),
-                        format!("{:?} elements", fixed(name)),
-                        format!("its indices reach {needed}"),
-                    );
-                }
-            }
         }
         (Op::Gemv { quant, rows, cols, window }, Tuning::GemvQ8(g)) => {
             if !(1..=MAX_WINDOW).contains(window) {
@@ -198,21 +191,12 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
                     format!("the matrix has {rows}"),
                 );
             }
-            let extents = [
+            extents = vec![
                 ("w", u64::from(*rows).saturating_mul(row_bytes)),
                 ("xq", u64::from(window * cols)),
                 ("xd", u64::from(window * cols / 32 * 2)),
                 ("y", u64::from(window * rows)),
             ];
-            for (name, needed) in extents {
-                if fixed(name) != Some(needed) {
-                    fail(
-                        &format!("buffer {name}"),
-                        format!("{:?} elements", fixed(name)),
-                        format!("its indices reach {needed}"),
-                    );
-                }
-            }
         }
         (Op::Gemv { .. }, _) => fail("tuning", "missing".into(), "a GEMV needs GEMV tuning".into()),
         (Op::QuantizeQ8 { cols }, _) => {
@@ -229,7 +213,9 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
                 );
             }
         }
-        (Op::SiluMul { n } | Op::Add { n, .. }, _) if grid_x.saturating_mul(u64::from(l.threads)) < u64::from(*n) => {
+        (Op::SiluMul { n, .. } | Op::Add { n, .. }, _)
+            if grid_x.saturating_mul(u64::from(l.threads)) < u64::from(*n) =>
+        {
             fail("elements covered per row", (grid_x * u64::from(l.threads)).to_string(), format!("rows have {n}"));
         }
         (Op::Embed { cols, .. }, _) => {
@@ -268,6 +254,15 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
             }
         }
         _ => {}
+    }
+    for (name, needed) in extents {
+        if fixed(name) != Some(needed) {
+            fail(
+                &format!("buffer {name}"),
+                format!("{:?} elements", fixed(name)),
+                format!("its indices reach {needed}"),
+            );
+        }
     }
     errors
 }

@@ -297,7 +297,8 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
                 "w_len": fixed(spec, "w"), "x_len": fixed(spec, "x"), "y_len": fixed(spec, "y"),
             })
         }
-        Op::RmsNorm { n, eps } | Op::AddRmsNorm { n, eps } => json!({ "n": n, "eps": c_float(*eps) }),
+        Op::RmsNorm { n, eps } => json!({ "n": n, "eps": c_float(*eps) }),
+        Op::AddRmsNorm { n, eps, q8 } => json!({ "n": n, "eps": c_float(*eps), "q8": q8 }),
         Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
             let rope_half = rope_dims / 2;
             let (a, b, pairing) = match style {
@@ -310,7 +311,7 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
                 "pair_a": a, "pair_b": b, "pairing": pairing,
             })
         }
-        Op::SiluMul { n } => json!({ "n": n }),
+        Op::SiluMul { n, q8 } => json!({ "n": n, "q8": q8 }),
         Op::Add { n, broadcast } => {
             json!({ "n": n, "broadcast": broadcast, "b_index": if *broadcast { "i" } else { "at" } })
         }

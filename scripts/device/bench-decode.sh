@@ -13,7 +13,8 @@ packs=${PACKS:-/tmp/strata-packs}
 out=${OUT:-/tmp}/bench
 mkdir -p "$packs" "$out"
 # PEER=0 skips llama.cpp (a quicker run while tuning); NCU=REGEX profiles the 4096x14336
-# GEMV of the packs whose names match with Nsight Compute.
+# GEMV of the packs whose names match with Nsight Compute; ONLY=REGEX runs only the packs
+# whose names match.
 peer=()
 if [ "${PEER:-1}" != 0 ]; then
     bash scripts/device/llama-bench.sh || { echo "no llama-bench"; exit 1; }
@@ -23,6 +24,7 @@ summary=()
 while read -r name preset types layers; do
     art=.device/bench/$name
     [ -d "$art" ] || continue
+    [ -n "${ONLY:-}" ] && ! [[ "$name" =~ $ONLY ]] && continue
     pack=$packs/$name.gguf
     extra=()
     [ "$layers" != "-" ] && extra=(--layers "$layers")

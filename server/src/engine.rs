@@ -98,6 +98,9 @@ struct Active {
     /// The next token, computed but not yet reported.
     next: Option<(u32, Option<TokenLogprob>)>,
     started: Instant,
+    /// The closing event, sent once the request has left its slot (so that a client
+    /// that has seen the end also sees it in /metrics).
+    done: Option<Event>,
 }
 
 impl Active {
@@ -110,6 +113,7 @@ impl Active {
             generated: Vec::new(),
             next: None,
             started: Instant::now(),
+            done: None,
             job,
         }
     }
@@ -119,11 +123,8 @@ impl Active {
         if !tail.is_empty() {
             let _ = self.job.events.send(Event::Token { text: tail, logprob: None });
         }
-        let _ = self.job.events.send(Event::Done {
-            finish,
-            prompt_tokens: self.job.prompt.len(),
-            completion_tokens: self.generated.len(),
-        });
+        self.done =
+            Some(Event::Done { finish, prompt_tokens: self.job.prompt.len(), completion_tokens: self.generated.len() });
     }
 }
 
@@ -155,8 +156,8 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
             }
         }
         metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
-        for (i, slot) in slots.iter_mut().enumerate() {
-            let Some(active) = slot else { continue };
+        for i in 0..slots.len() {
+            let Some(active) = &mut slots[i] else { continue };
             let done = match step(&mut s, i, active, &metrics) {
                 Ok(done) => done,
                 Err(e) => {
@@ -164,8 +165,11 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
                     true
                 }
             };
-            if done {
-                *slot = None;
+            if let Some(ended) = done.then(|| slots[i].take()).flatten() {
+                metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
+                if let Some(event) = ended.done {
+                    let _ = ended.job.events.send(event);
+                }
             }
         }
         metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());

@@ -153,6 +153,10 @@ pub enum Op {
         n: u32,
         /// Epsilon.
         eps: f32,
+        /// Also writes `y` quantized to int8 (as [`Op::QuantizeQ8`] would), for int8-dot
+        /// GEMVs that read it: one launch fewer.
+        #[serde(default)]
+        q8: bool,
     },
     /// Rotary embedding of a window's Q heads (in place) and K heads, and the rotated K
     /// and V rows stored to the f16 caches at positions from `pos[0]`: one launch for
@@ -175,6 +179,9 @@ pub enum Op {
     SiluMul {
         /// Row length.
         n: u32,
+        /// Also writes `y` quantized to int8, as [`Op::AddRmsNorm`]'s `q8`.
+        #[serde(default)]
+        q8: bool,
     },
     /// `y[i] = a[i] + b[i]` over rows of `n`; with `broadcast`, `b` is one row added to
     /// every row (biases).
@@ -243,13 +250,15 @@ impl Op {
             Op::Gemv { quant, rows, cols, window } => format!("gemv_{}_{rows}x{cols}_t{window}", q(quant)),
             Op::QuantizeQ8 { cols } => format!("quantize_q8_{cols}"),
             Op::RmsNorm { n, .. } => format!("rmsnorm_{n}"),
-            Op::AddRmsNorm { n, .. } => format!("add_rmsnorm_{n}"),
+            Op::AddRmsNorm { n, q8: false, .. } => format!("add_rmsnorm_{n}"),
+            Op::AddRmsNorm { n, q8: true, .. } => format!("add_rmsnorm_q8_{n}"),
             Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
                 let style = if *style == RopeStyle::Neox { "neox" } else { "normal" };
                 let partial = if rope_dims == head_dim { String::new() } else { format!("_r{rope_dims}") };
                 format!("rope_store_{style}_{heads}x{kv_heads}x{head_dim}{partial}")
             }
-            Op::SiluMul { n } => format!("silu_mul_{n}"),
+            Op::SiluMul { n, q8: false } => format!("silu_mul_{n}"),
+            Op::SiluMul { n, q8: true } => format!("silu_mul_q8_{n}"),
             Op::Add { n, broadcast: false } => format!("add_{n}"),
             Op::Add { n, broadcast: true } => format!("add_bias_{n}"),
             Op::Embed { quant, cols, vocab } => format!("embed_{}_{vocab}x{cols}", q(quant)),
@@ -494,7 +503,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     ops.extend([
         Op::Embed { quant: embd, cols: model.embd, vocab: model.vocab },
         Op::RmsNorm { n: model.embd, eps: model.rms_eps },
-        Op::AddRmsNorm { n: model.embd, eps: model.rms_eps },
+        Op::AddRmsNorm { n: model.embd, eps: model.rms_eps, q8: false },
         Op::RopeStore {
             style,
             heads: model.heads,
@@ -508,7 +517,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
             head_dim: model.head_dim_k,
             scale: 1.0 / (model.head_dim_k as f32).sqrt(),
         },
-        Op::SiluMul { n: ffn },
+        Op::SiluMul { n: ffn, q8: false },
         Op::Add { n: model.embd, broadcast: false },
         Op::Softmax { n: model.vocab },
         Op::Argmax { n: model.vocab },
@@ -531,6 +540,14 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
             _ => None,
         })
         .collect();
+    // Where such products read a norm's or SiLU·mul's output, that kernel quantizes it.
+    let (embd, eps) = (model.embd, model.rms_eps);
+    if q8_cols.contains(&embd) {
+        kernels.push(rules::kernel(Op::AddRmsNorm { n: embd, eps, q8: true }, target));
+    }
+    if q8_cols.contains(&ffn) {
+        kernels.push(rules::kernel(Op::SiluMul { n: ffn, q8: true }, target));
+    }
     kernels.extend(q8_cols.into_iter().map(|cols| rules::kernel(Op::QuantizeQ8 { cols }, target)));
     if options.checked {
         for k in &mut kernels {

@@ -136,18 +136,23 @@ pub fn kernel_with(op: Op, target: &Target, int8: Int8Dot) -> KernelSpec {
                 vec![scalar("rows", MAX_ROWS)],
             )
         }
-        Op::AddRmsNorm { n, .. } => {
+        Op::AddRmsNorm { n, q8, .. } => {
             let threads = block_per_row(*n, 256);
+            let mut buffers = vec![
+                buffer("a", Elem::F32, per("rows", *n), false),
+                buffer("b", Elem::F32, per("rows", *n), false),
+                buffer("w", Elem::F32, Extent::Fixed(u64::from(*n)), false),
+                buffer("sum", Elem::F32, per("rows", *n), true),
+                buffer("y", Elem::F32, per("rows", *n), true),
+            ];
+            if *q8 {
+                buffers.push(buffer("xq", Elem::U8, per("rows", *n), true));
+                buffers.push(buffer("xd", Elem::F32, per("rows", n / 16), true));
+            }
             (
                 launch([rows("rows"), Dim::Fixed(1), Dim::Fixed(1)], threads, threads / wave * 4),
                 Tuning::None {},
-                vec![
-                    buffer("a", Elem::F32, per("rows", *n), false),
-                    buffer("b", Elem::F32, per("rows", *n), false),
-                    buffer("w", Elem::F32, Extent::Fixed(u64::from(*n)), false),
-                    buffer("sum", Elem::F32, per("rows", *n), true),
-                    buffer("y", Elem::F32, per("rows", *n), true),
-                ],
+                buffers,
                 vec![scalar("rows", MAX_ROWS)],
             )
         }
@@ -169,7 +174,7 @@ pub fn kernel_with(op: Op, target: &Target, int8: Int8Dot) -> KernelSpec {
                 vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
             )
         }
-        Op::SiluMul { n } | Op::Add { n, .. } => {
+        Op::SiluMul { n, .. } | Op::Add { n, .. } => {
             let threads = ELEMENTWISE_THREADS.min(round_up(*n, wave));
             let grid = [Dim::Fixed(n.div_ceil(threads)), rows("tokens"), Dim::Fixed(1)];
             let (a, b) = if matches!(op, Op::SiluMul { .. }) { ("gate", "up") } else { ("a", "b") };
@@ -178,16 +183,16 @@ pub fn kernel_with(op: Op, target: &Target, int8: Int8Dot) -> KernelSpec {
             } else {
                 per("tokens", *n)
             };
-            (
-                launch(grid, threads, 0),
-                Tuning::None {},
-                vec![
-                    buffer(a, Elem::F32, per("tokens", *n), false),
-                    buffer(b, Elem::F32, b_extent, false),
-                    buffer("y", Elem::F32, per("tokens", *n), true),
-                ],
-                vec![scalar("tokens", MAX_TOKENS)],
-            )
+            let mut buffers = vec![
+                buffer(a, Elem::F32, per("tokens", *n), false),
+                buffer(b, Elem::F32, b_extent, false),
+                buffer("y", Elem::F32, per("tokens", *n), true),
+            ];
+            if matches!(op, Op::SiluMul { q8: true, .. }) {
+                buffers.push(buffer("xq", Elem::U8, per("tokens", *n), true));
+                buffers.push(buffer("xd", Elem::F32, per("tokens", n / 16), true));
+            }
+            (launch(grid, threads, 0), Tuning::None {}, buffers, vec![scalar("tokens", MAX_TOKENS)])
         }
         Op::Embed { quant, cols, vocab } => {
             let chunks = cols.div_ceil(32);

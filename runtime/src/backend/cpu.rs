@@ -102,11 +102,17 @@ impl Cpu {
                 outputs
                     .push(("y", f32_bytes(&rmsnorm(&floats(input("x"), rows * n), &floats(input("w"), n), n, *eps))));
             }
-            Op::AddRmsNorm { n, eps } => {
+            Op::AddRmsNorm { n, eps, q8 } => {
                 let (n, rows) = (*n as usize, scalar("rows") as usize);
                 let (a, b) = (floats(input("a"), rows * n), floats(input("b"), rows * n));
                 let sum: Vec<f32> = a.iter().zip(&b).map(|(a, b)| a + b).collect();
-                outputs.push(("y", f32_bytes(&rmsnorm(&sum, &floats(input("w"), n), n, *eps))));
+                let y = rmsnorm(&sum, &floats(input("w"), n), n, *eps);
+                if *q8 {
+                    let (xq, xd) = quantize_q8(&y);
+                    outputs.push(("xq", xq));
+                    outputs.push(("xd", f32_bytes(&xd)));
+                }
+                outputs.push(("y", f32_bytes(&y)));
                 outputs.push(("sum", f32_bytes(&sum)));
             }
             Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
@@ -146,10 +152,15 @@ impl Cpu {
                 }
                 outputs.push(("q", f32_bytes(&q)));
             }
-            Op::SiluMul { n } => {
+            Op::SiluMul { n, q8 } => {
                 let len = *n as usize * scalar("tokens") as usize;
                 let (g, u) = (floats(input("gate"), len), floats(input("up"), len));
                 let y: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
+                if *q8 {
+                    let (xq, xd) = quantize_q8(&y);
+                    outputs.push(("xq", xq));
+                    outputs.push(("xd", f32_bytes(&xd)));
+                }
                 outputs.push(("y", f32_bytes(&y)));
             }
             Op::Add { n, broadcast } => {

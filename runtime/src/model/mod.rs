@@ -353,19 +353,39 @@ impl Model {
     }
 
     fn gemv(&mut self, w: Weight, x: Arg, y: Arg, window: u32) -> Result<(), RunError> {
-        self.products(x, window, &[(w, y)])
+        self.products(x, window, &[(w, y)], false)
+    }
+
+    /// Whether the kernel `producer` should also quantize its output for `consumers`
+    /// (`window` columns): where one of them takes the int8 path and the fused kernel
+    /// exists.
+    fn fuse_q8(&mut self, producer: &Op, consumers: &[Weight], window: u32) -> Result<bool, RunError> {
+        if !self.kernels.has(producer) {
+            return Ok(false);
+        }
+        for w in consumers {
+            let spec = self.kernels.get(&Op::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window })?;
+            if matches!(spec.tuning, Tuning::GemvQ8(_)) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The products of one input `x` (`window` rows): where any takes the int8 path, `x`
-    /// is quantized once for all of them.
-    fn products(&mut self, x: Arg, window: u32, products: &[(Weight, Arg)]) -> Result<(), RunError> {
+    /// is quantized once for all of them, unless its producer did (`quantized`).
+    fn products(&mut self, x: Arg, window: u32, products: &[(Weight, Arg)], quantized: bool) -> Result<(), RunError> {
         let specs = products
             .iter()
             .map(|(w, _)| self.kernels.get(&Op::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window }))
             .collect::<Result<Vec<_>, _>>()?;
         let (xq, xd) = (Arg::Buf(self.s.xq, 0), Arg::Buf(self.s.xd, 0));
-        if let Some((w, _)) =
-            products.iter().zip(&specs).find(|(_, s)| matches!(s.tuning, Tuning::GemvQ8(_))).map(|p| p.0)
+        if let Some((w, _)) = products
+            .iter()
+            .zip(&specs)
+            .find(|(_, s)| matches!(s.tuning, Tuning::GemvQ8(_)))
+            .map(|p| p.0)
+            .filter(|_| !quantized)
         {
             let quantize = self.kernels.get(&Op::QuantizeQ8 { cols: w.cols })?;
             self.backend.call(&quantize, &[("x", x), ("xq", xq), ("xd", xd), ("rows", Arg::U32(window))])?;
@@ -385,7 +405,9 @@ impl Model {
         self.backend.call(&spec, &[("x", x), ("w", Arg::Buf(w.buf, 0)), ("y", y), ("rows", Arg::U32(rows))])
     }
 
-    /// `sum = a + b` (the new residual stream) and `y = rmsnorm(sum) · w`, over `rows` rows.
+    /// `sum = a + b` (the new residual stream) and `y = rmsnorm(sum) · w`, over `rows` rows,
+    /// for the products `next`; returns whether it also quantized `y` for them.
+    #[allow(clippy::too_many_arguments)]
     fn add_rmsnorm(
         &mut self,
         a: BufferId,
@@ -394,20 +416,35 @@ impl Model {
         sum: BufferId,
         y: BufferId,
         rows: u32,
-    ) -> Result<(), RunError> {
-        let spec = self.kernels.get(&Op::AddRmsNorm { n: self.desc.embd, eps: self.desc.rms_eps })?;
+        next: &[Weight],
+    ) -> Result<bool, RunError> {
+        let (n, eps) = (self.desc.embd, self.desc.rms_eps);
+        let q8 = self.fuse_q8(&Op::AddRmsNorm { n, eps, q8: true }, next, rows)?;
+        let spec = self.kernels.get(&Op::AddRmsNorm { n, eps, q8 })?;
         let buf = |id| Arg::Buf(id, 0);
-        self.backend.call(
-            &spec,
-            &[
-                ("a", buf(a)),
-                ("b", buf(b)),
-                ("w", buf(w.buf)),
-                ("sum", buf(sum)),
-                ("y", buf(y)),
-                ("rows", Arg::U32(rows)),
-            ],
-        )
+        let mut args = vec![("a", buf(a)), ("b", buf(b)), ("w", buf(w.buf)), ("sum", buf(sum)), ("y", buf(y))];
+        if q8 {
+            args.extend([("xq", buf(self.s.xq)), ("xd", buf(self.s.xd))]);
+        }
+        args.push(("rows", Arg::U32(rows)));
+        self.backend.call(&spec, &args)?;
+        Ok(q8)
+    }
+
+    /// The products that read a layer's attention norm, for a window of `t` tokens.
+    fn attention_inputs(ly: &Layer, t: u32) -> Vec<Weight> {
+        match ly.qkv {
+            Some(qkv) if t == 1 => vec![qkv],
+            _ => vec![ly.q, ly.k, ly.v],
+        }
+    }
+
+    /// The products that read a layer's feed-forward norm, for a window of `t` tokens.
+    fn ffn_inputs(ly: &Layer, t: u32) -> Vec<Weight> {
+        match ly.gate_up {
+            Some(gu) if t == 1 => vec![gu],
+            _ => vec![ly.gate, ly.up],
+        }
     }
 
     fn add(&mut self, n: u32, a: Arg, b: Arg, y: Arg, tokens: u32, broadcast: bool) -> Result<(), RunError> {
@@ -444,9 +481,10 @@ impl Model {
             head_dim: d.head_dim_k,
             rope_dims: d.rope_dims,
         })?;
-        let silu = self.kernels.get(&Op::SiluMul { n: d.ffn })?;
         let mut cur = 0;
         self.rmsnorm(d.embd, buf(x[0]), self.layers[0].attn_norm, buf(h), t)?;
+        // Whether h's int8 quants are in xq/xd already (made by the norm that wrote h).
+        let mut h_q8 = false;
         for l in 0..self.layers.len() {
             let ly = self.layers[l];
             let (k_cache, v_cache) = self.caches[self.slot][l];
@@ -454,12 +492,12 @@ impl Model {
             // Q, K, V: one stacked product when decoding, where the pack allows.
             let (q, k, v) = match ly.qkv {
                 Some(qkv) if t == 1 => {
-                    self.gemv(qkv, buf(h), buf(self.s.qkv), 1)?;
+                    self.products(buf(h), 1, &[(qkv, buf(self.s.qkv))], h_q8)?;
                     (buf(self.s.qkv), at(self.s.qkv, qd), at(self.s.qkv, qd + kd))
                 }
                 _ => {
                     let (q, k, v) = (buf(self.s.q), buf(self.s.k), buf(self.s.v));
-                    self.products(buf(h), t, &[(ly.q, q), (ly.k, k), (ly.v, v)])?;
+                    self.products(buf(h), t, &[(ly.q, q), (ly.k, k), (ly.v, v)], h_q8)?;
                     (q, k, v)
                 }
             };
@@ -509,23 +547,41 @@ impl Model {
                 )?;
             }
             self.gemv(ly.o, buf(attn), buf(proj), t)?;
-            self.add_rmsnorm(x[cur], proj, ly.ffn_norm, x[1 - cur], h, t)?;
+            h_q8 = self.add_rmsnorm(x[cur], proj, ly.ffn_norm, x[1 - cur], h, t, &Self::ffn_inputs(&ly, t))?;
             cur = 1 - cur;
             let (gate, up) = match ly.gate_up {
                 Some(gu) if t == 1 => {
-                    self.gemv(gu, buf(h), buf(self.s.gate_up), 1)?;
+                    self.products(buf(h), 1, &[(gu, buf(self.s.gate_up))], h_q8)?;
                     (buf(self.s.gate_up), at(self.s.gate_up, d.ffn))
                 }
                 _ => {
                     let (gate, up) = (buf(self.s.gate), buf(self.s.up));
-                    self.products(buf(h), t, &[(ly.gate, gate), (ly.up, up)])?;
+                    self.products(buf(h), t, &[(ly.gate, gate), (ly.up, up)], h_q8)?;
                     (gate, up)
                 }
             };
-            self.backend.call(&silu, &[("gate", gate), ("up", up), ("y", buf(act)), ("tokens", Arg::U32(t))])?;
-            self.gemv(ly.down, buf(act), buf(proj), t)?;
+            let act_q8 = self.fuse_q8(&Op::SiluMul { n: d.ffn, q8: true }, &[ly.down], t)?;
+            let silu = self.kernels.get(&Op::SiluMul { n: d.ffn, q8: act_q8 })?;
+            let mut args = vec![("gate", gate), ("up", up), ("y", buf(act))];
+            if act_q8 {
+                args.extend([("xq", buf(self.s.xq)), ("xd", buf(self.s.xd))]);
+            }
+            args.push(("tokens", Arg::U32(t)));
+            self.backend.call(&silu, &args)?;
+            self.products(buf(act), t, &[(ly.down, buf(proj))], act_q8)?;
             match self.layers.get(l + 1) {
-                Some(next) => self.add_rmsnorm(x[cur], proj, next.attn_norm, x[1 - cur], h, t)?,
+                Some(next) => {
+                    let next = *next;
+                    h_q8 = self.add_rmsnorm(
+                        x[cur],
+                        proj,
+                        next.attn_norm,
+                        x[1 - cur],
+                        h,
+                        t,
+                        &Self::attention_inputs(&next, t),
+                    )?;
+                }
                 None => self.add(d.embd, buf(x[cur]), buf(proj), buf(x[1 - cur]), t, false)?,
             }
             cur = 1 - cur;
