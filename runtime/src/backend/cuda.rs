@@ -251,7 +251,10 @@ impl Backend for Cuda {
         let (Mark::Event(a), Mark::Event(b)) = (from, to) else {
             return Err(RunError::Other("timing marks of another backend".into()));
         };
-        let ms = self.events[a].elapsed_ms(&self.events[b]).map_err(driver("cuEventElapsedTime"))?;
+        let (Some(a), Some(b)) = (self.events.get(a), self.events.get(b)) else {
+            return Err(RunError::Other("timing marks of another device".into()));
+        };
+        let ms = a.elapsed_ms(b).map_err(driver("cuEventElapsedTime"))?;
         Ok(f64::from(ms) / 1e3)
     }
 
