@@ -3,9 +3,10 @@
 # Llama-8B-shape packs, on the device machine, in one run. Prints a summary table last.
 #
 # Needs .device/bin (release binaries), .device/bench/<pack>/ (artifacts made here by
-# scripts/prepare-bench.sh) and llama-bench (scripts/device/llama-bench.sh). The packs are
-# regenerated here with the same deterministic `synth` command as there, so the
-# artifacts' pack fingerprints match.
+# scripts/prepare-bench.sh) and llama-bench (scripts/device/llama-bench.sh); runs SmolLM2
+# too where it was carried ahead as for scripts/device-check.sh (with .device/art-run).
+# The packs are regenerated here with the same deterministic `synth` command as there, so
+# the artifacts' pack fingerprints match.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=.device/bin
@@ -47,6 +48,17 @@ while read -r name preset types layers; do
     fi
     rm -f "$pack"
 done < <(grep -v '^#' scripts/device/bench-packs.txt)
+# The default model, where it was carried ahead (README, "GPU checks") with its artifacts.
+model=/tmp/strata-model/smollm2.gguf
+if [ ! -f "$model" ] && [ -f /tmp/strata-model/a/part ] && [ -f /tmp/strata-model/b/part ]; then
+    cat /tmp/strata-model/a/part /tmp/strata-model/b/part >"$model"
+fi
+if [ -f "$model" ] && [ -d .device/art-run/smollm2-sm_90 ] && [[ -z "${ONLY:-}" || smollm2 =~ $ONLY ]]; then
+    echo "== smollm2"
+    $bin/strata-run bench --pack "$model" --artifacts .device/art-run/smollm2-sm_90 --kernels -p 512 -n 128 -r 3 \
+        "${peer[@]}" 2>&1 | tee "$out/smollm2.txt"
+    summary+=("smollm2|$(grep -o 'tg128 [0-9.]* t/s' "$out/smollm2.txt" | head -1)|$(grep -o 'llama.cpp pp512 [0-9.]* t/s  tg128 [0-9.]* t/s' "$out/smollm2.txt")|$(grep -o 'tg [0-9.]*x' "$out/smollm2.txt")")
+fi
 echo
 echo "== GEMV kernels at 4096x14336 and 14336x4096 (all packs)"
 grep -h -E "^(copy bandwidth|gemv_[a-z0-9_]+_(4096x14336|14336x4096) )" "$out"/*.txt | sort -u
