@@ -171,24 +171,26 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
             }
             // Each wave's slab starts 16-byte aligned (the decoders' aligned loads).
             let table = crate::plan::rules::lookup_table(*quant).map_or(0, |(_, elem, len)| elem * len);
-            let slabs = g.waves * g.slab_bytes.next_multiple_of(16);
+            let slabs = g.waves * g.rows_per_wave * g.slab_bytes.next_multiple_of(16);
             if g.waves != l.waves || g.table_bytes != table || slabs + table != l.shared_bytes {
                 fail(
                     "declared shared memory",
                     format!("{} bytes for {} waves", l.shared_bytes, l.waves),
                     format!(
-                        "{} waves of {}-byte slabs, 16-byte aligned, and a {table}-byte lookup grid need {}",
+                        "{} waves of {} {}-byte slabs, 16-byte aligned, and a {table}-byte lookup grid need {}",
                         g.waves,
+                        g.rows_per_wave,
                         g.slab_bytes,
                         slabs + table
                     ),
                 );
             }
-            if grid_x.saturating_mul(u64::from(g.waves)) < u64::from(*rows) {
+            // Blocks step over the row groups, so any grid of at least one block covers them.
+            if g.rows_per_wave == 0 || grid_x == 0 {
                 fail(
-                    "rows covered by the grid",
-                    (grid_x * u64::from(g.waves)).to_string(),
-                    format!("the matrix has {rows}"),
+                    "rows per wave and blocks",
+                    format!("{} rows a wave, {grid_x} blocks", g.rows_per_wave),
+                    "at least one of each".into(),
                 );
             }
             extents = vec![
@@ -275,7 +277,7 @@ mod tests {
     /// A float-path GEMV (the int8 path has its own test).
     fn gemv(rows: u32, cols: u32, window: u32, target: &Target) -> KernelSpec {
         let op = Op::Gemv { quant: crate::quant::GgmlType::Q4_0, rows, cols, window };
-        rules::kernel_with(op, target, Int8Dot::Never)
+        rules::kernel_with(op, target, &Options { int8: Int8Dot::Never, ..Options::default() })
     }
 
     fn plan(kernels: Vec<KernelSpec>) -> Plan {
@@ -299,8 +301,9 @@ mod tests {
             for quant in rules::INT8_DOT {
                 for (rows, cols) in shapes {
                     let Some(row_bytes) = quant.row_bytes(u64::from(cols)) else { continue };
-                    for window in [1, 6, 16] {
-                        let k = rules::kernel_with(Op::Gemv { quant, rows, cols, window }, &target, Int8Dot::Always);
+                    for (window, q8_rows) in [(1, None), (1, Some(8)), (2, Some(4)), (6, None), (16, None)] {
+                        let options = Options { int8: Int8Dot::Always, q8_rows, ..Options::default() };
+                        let k = rules::kernel_with(Op::Gemv { quant, rows, cols, window }, &target, &options);
                         let Tuning::GemvQ8(g) = &k.tuning else { panic!("{} {}: not int8", target.name, k.name) };
                         assert_eq!(row_bytes % u64::from(g.vector_bytes), 0);
                         let errors = check(&plan(vec![k.clone()]), &target);

@@ -13,7 +13,7 @@ use handlebars::Handlebars;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::plan::{Extent, Fault, KernelSpec, Op, Plan, RopeStyle, Tuning};
+use crate::plan::{Dim, Extent, Fault, KernelSpec, Op, Plan, RopeStyle, Tuning};
 use crate::quant::{GgmlType, grids};
 use crate::target::{Target, Vendor};
 
@@ -144,6 +144,7 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
         "checked": plan.options.checked,
         "sdot4": target.features.sdot4,
         "sudot4": target.features.sudot4,
+        "grid_dependency": target.features.grid_dependency,
     });
     let prelude = match dialect {
         Dialect::Cuda => "cuda/prelude",
@@ -275,6 +276,8 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
                 "table_type": table.map(|(_, bytes, _)| if bytes == 8 { "u64" } else { "u32" }),
                 "table_len": table.map(|(_, _, n)| n),
                 "slabs": (row_bytes as u32).div_ceil(t.slab_bytes),
+                "rows_per_wave": t.rows_per_wave, "groups": rows.div_ceil(t.rows_per_wave),
+                "blocks": match l.grid[0] { Dim::Fixed(n) => n, Dim::Runtime { .. } => 0 },
                 "loads": t.loads, "chunks_per_lane": t.slab_chunks / target.device.wave_size,
                 "w_len": fixed(spec, "w"), "xq_len": fixed(spec, "xq"), "xd_len": fixed(spec, "xd"),
                 "y_len": fixed(spec, "y"),
@@ -297,8 +300,10 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
                 "w_len": fixed(spec, "w"), "x_len": fixed(spec, "x"), "y_len": fixed(spec, "y"),
             })
         }
-        Op::RmsNorm { n, eps } => json!({ "n": n, "eps": c_float(*eps) }),
-        Op::AddRmsNorm { n, eps, q8 } => json!({ "n": n, "eps": c_float(*eps), "q8": q8 }),
+        Op::RmsNorm { n, eps } => json!({ "n": n, "eps": c_float(*eps), "per_thread": n.div_ceil(l.threads) }),
+        Op::AddRmsNorm { n, eps, q8 } => {
+            json!({ "n": n, "eps": c_float(*eps), "q8": q8, "per_thread": n.div_ceil(l.threads) })
+        }
         Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
             let rope_half = rope_dims / 2;
             let (a, b, pairing) = match style {

@@ -89,6 +89,9 @@ pub struct Features {
     pub mma: bool,
     /// NVIDIA `cp.async` global-to-shared copies.
     pub cp_async: bool,
+    /// NVIDIA `griddepcontrol` (sm_90 on): a kernel may start while the one before it
+    /// drains, and waits for its results in-kernel (programmatic dependent launch).
+    pub grid_dependency: bool,
 }
 
 /// How to build code for the target.
@@ -191,8 +194,8 @@ impl Target {
             return Err("build.ptx_isa is required for NVIDIA targets".into());
         }
         let f = &self.features;
-        if self.vendor == Vendor::Amd && (f.dp4a || f.mma || f.cp_async) {
-            return Err("dp4a, mma and cp_async are NVIDIA features".into());
+        if self.vendor == Vendor::Amd && (f.dp4a || f.mma || f.cp_async || f.grid_dependency) {
+            return Err("dp4a, mma, cp_async and grid_dependency are NVIDIA features".into());
         }
         if self.vendor == Vendor::Nvidia && (f.sdot4 || f.sudot4) {
             return Err("sdot4 and sudot4 are AMD features".into());

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use strata_compiler::plan::{Int8Dot, KernelSpec, Op, rules};
+use strata_compiler::plan::{Int8Dot, KernelSpec, Op, Options, rules};
 use strata_compiler::target::Target;
 
 use crate::backend::RunError;
@@ -14,7 +14,7 @@ pub struct Kernels {
     by_name: HashMap<String, KernelSpec>,
     /// Where set, ops with no record are planned for this target on demand (CPU runs),
     /// with int8 GEMVs as the second field says.
-    on_demand: Option<(Target, Int8Dot)>,
+    on_demand: Option<(Target, Options)>,
 }
 
 impl Kernels {
@@ -26,7 +26,7 @@ impl Kernels {
     /// Kernel records planned on demand (the CPU backend ignores launch geometry, so
     /// the target only fills the records' launch fields).
     pub fn planned(target: Target, int8: Int8Dot) -> Kernels {
-        Kernels { by_name: HashMap::new(), on_demand: Some((target, int8)) }
+        Kernels { by_name: HashMap::new(), on_demand: Some((target, Options { int8, ..Options::default() })) }
     }
 
     /// The record of `op`.
@@ -36,8 +36,8 @@ impl Kernels {
             return Ok(spec.clone());
         }
         match &self.on_demand {
-            Some((target, int8)) => {
-                let spec = rules::kernel_with(op.clone(), target, *int8);
+            Some((target, options)) => {
+                let spec = rules::kernel_with(op.clone(), target, options);
                 self.by_name.insert(name, spec.clone());
                 Ok(spec)
             }

@@ -46,6 +46,15 @@ while read -r name preset types layers; do
     else
         $bin/strata-run bench --pack "$pack" --artifacts "$art" --ctx 256 --kernels -p 16 -n 16 -r 1 2>&1 | tee "$out/$name.txt"
     fi
+    # Variants built by prepare-bench.sh SWEEP=...: the same pack, same run, no peer.
+    for dir in .device/bench-*/"$name"; do
+        [ -d "$dir" ] || continue
+        variant=$(basename "$(dirname "$dir")")
+        echo "== $name ($variant)"
+        $bin/strata-run bench --pack "$pack" --artifacts "$dir" --ctx 4096 --kernels -p 16 -n 128 -r 3 2>&1 |
+            tee "$out/$name-$variant.txt"
+        summary+=("$name ($variant)|$(grep -o 'tg128 [0-9.]* t/s' "$out/$name-$variant.txt" | head -1)")
+    done
     rm -f "$pack"
 done < <(grep -v '^#' scripts/device/bench-packs.txt)
 # The default model, where it was carried ahead (README, "GPU checks") with its artifacts.
@@ -61,7 +70,9 @@ if [ -f "$model" ] && [ -d .device/art-run/smollm2-sm_90 ] && [[ -z "${ONLY:-}" 
 fi
 echo
 echo "== GEMV kernels at 4096x14336 and 14336x4096 (all packs)"
-grep -h -E "^(copy bandwidth|gemv_[a-z0-9_]+_(4096x14336|14336x4096) )" "$out"/*.txt | sort -u
+for f in "$out"/*.txt; do
+    grep -E "^(copy bandwidth|gemv_[a-z0-9_]+_(4096x14336|14336x4096) )" "$f" | sed "s|^|$(basename "$f" .txt): |"
+done
 echo
 echo "== decode beside llama.cpp"
 printf '%s\n' "${summary[@]}"

@@ -48,4 +48,16 @@ STRATA_DEVICE i32 strata_dot4(i32 a, i32 b, i32 c) {
     __asm__("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
 }
+// Called by every kernel before it touches what an earlier kernel wrote or reads; only
+// immutable data (weights, grids) may be loaded before it. With griddepcontrol the host
+// launches kernels as programmatic dependents: this waits until the kernel before has
+// finished and its writes are visible, then lets the next kernel's blocks start to launch
+// (they prefetch their weights while this one drains).
+{{#if grid_dependency}}
+STRATA_DEVICE void strata_await_inputs(void) {
+    __asm__ volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+}
+{{else}}
+STRATA_DEVICE void strata_await_inputs(void) {}
+{{/if}}
 STRATA_DEVICE u32 strata_atomic_add(i32* p, i32 v) { return (u32)__atomic_fetch_add(p, v, __ATOMIC_RELAXED); }

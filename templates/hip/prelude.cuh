@@ -61,4 +61,6 @@ STRATA_DEVICE i32 strata_dot4(i32 a, i32 b, i32 c) {
     return c;
 {{/if}}
 }
+// Kernels run in stream order on AMD (no programmatic dependent launch): nothing to wait for.
+STRATA_DEVICE void strata_await_inputs(void) {}
 STRATA_DEVICE u32 strata_atomic_add(i32* p, i32 v) { return (u32)__atomic_fetch_add(p, v, __ATOMIC_RELAXED); }

@@ -35,7 +35,15 @@ fn every_kernel_compiles_for_every_target_without_spills() {
                 .unwrap_or_else(|e| panic!("{}: {e}", target.name));
             assert!(out.join(&m.module.binary).exists());
             assert_eq!(m.pack.fingerprint, pack.fingerprint());
+            let ptx = (target.vendor == Vendor::Nvidia)
+                .then(|| std::fs::read_to_string(out.join(&m.module.binary)).expect("PTX text"));
             for k in &m.kernels {
+                // The host launches a kernel as a programmatic dependent exactly where its
+                // code waits for its inputs.
+                let waits =
+                    ptx.as_deref().is_some_and(|ptx| ptx_entry(ptx, &k.spec.name).contains("griddepcontrol.wait"));
+                assert_eq!(waits, k.spec.launch.grid_dependency, "{} {}", target.name, k.spec.name);
+                assert_eq!(waits, target.features.grid_dependency, "{} {}", target.name, k.spec.name);
                 assert!(out.join(&k.source).exists(), "{}", k.source);
                 if let Op::Gemv { quant, .. } = k.spec.op {
                     types.insert(quant);
@@ -59,6 +67,13 @@ fn every_kernel_compiles_for_every_target_without_spills() {
         }
     }
     assert_eq!(types.len(), strata_compiler::quant::SUPPORTED.len(), "GEMVs of every type: {types:?}");
+}
+
+/// The PTX of one kernel: from its `.entry` to the next one.
+fn ptx_entry<'a>(ptx: &'a str, name: &str) -> &'a str {
+    let start = ptx.find(&format!(".entry {name}(")).unwrap_or_else(|| panic!("{name} in the PTX"));
+    let rest = &ptx[start + 1..];
+    &rest[..rest.find(".entry ").unwrap_or(rest.len())]
 }
 
 #[test]

@@ -61,6 +61,10 @@ struct CompileArgs {
     /// target and quant type allow, `never`.
     #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<Int8Dot>())]
     int8: Int8Dot,
+    /// Rows each wave of an int8 GEMV decodes together, instead of the rule's (tuning
+    /// sweeps; capped in wide verify windows).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
+    q8_rows: Option<u32>,
     /// Test only: plant a fault (`wrong:KERNEL` or `hang:KERNEL`) to prove the
     /// runtime's self-test and watchdog catch it.
     #[arg(long, hide = true, value_parser = Fault::parse)]
@@ -225,7 +229,8 @@ fn compile(args: CompileArgs) -> Result<()> {
     let run_on = args.run_on.as_deref().map(Target::load).transpose()?;
     let pack = Pack::open(&pack)?;
     let tools = Toolchain::discover()?;
-    let options = Options { spec: args.spec, checked: args.checked, fault: args.fault, int8: args.int8 };
+    let options =
+        Options { spec: args.spec, checked: args.checked, fault: args.fault, int8: args.int8, q8_rows: args.q8_rows };
     let request = Request {
         pack: &pack,
         target: &target,

@@ -36,11 +36,14 @@ pub struct Options {
     /// Where the int8-dot GEMVs are used (see [`rules::gemv_q8`]).
     #[serde(default, skip_serializing_if = "Int8Dot::is_auto")]
     pub int8: Int8Dot,
+    /// Rows per wave of the int8 GEMVs instead of the rule's (for tuning sweeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q8_rows: Option<u32>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { spec: 4, checked: false, fault: None, int8: Int8Dot::Auto }
+        Options { spec: 4, checked: false, fault: None, int8: Int8Dot::Auto, q8_rows: None }
     }
 }
 
@@ -297,6 +300,10 @@ pub struct Launch {
     pub wave_size: u32,
     /// Shared memory the kernel declares, bytes.
     pub shared_bytes: u32,
+    /// The kernel waits in-kernel for the one before it (`strata_await_inputs`), so the
+    /// host may launch it as a programmatic dependent of that kernel.
+    #[serde(default)]
+    pub grid_dependency: bool,
 }
 
 /// Element type of a buffer argument.
@@ -377,13 +384,15 @@ pub struct GemvTuning {
     pub chunk_stride: u32,
 }
 
-/// Tuning of an int8-dot GEMV (see [`rules::gemv_q8`]): one row per wave; each wave
-/// streams its row through a shared-memory slab with wide coalesced loads, one slab in
-/// flight while the previous one is decoded.
+/// Tuning of an int8-dot GEMV (see [`rules::gemv_q8`]): a wave takes a group of rows at
+/// a time and streams them through shared-memory slabs with wide coalesced loads, one
+/// slab in flight while the previous one is decoded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GemvQ8Tuning {
-    /// Waves per block (= rows per block).
+    /// Waves per block.
     pub waves: u32,
+    /// Rows a wave decodes together: each input chunk it loads serves them all.
+    pub rows_per_wave: u32,
     /// Bytes of each weight load (16, 8, 4 or 2: the widest dividing the row length).
     pub vector_bytes: u32,
     /// Bytes of one slab: whole quant blocks and whole vectors.
@@ -531,7 +540,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         }
     }
 
-    let mut kernels: Vec<KernelSpec> = ops.into_iter().map(|op| rules::kernel_with(op, target, options.int8)).collect();
+    let mut kernels: Vec<KernelSpec> = ops.into_iter().map(|op| rules::kernel_with(op, target, options)).collect();
     // Int8-dot products read their input quantized once: one quantizer per row length.
     let q8_cols: std::collections::BTreeSet<u32> = kernels
         .iter()

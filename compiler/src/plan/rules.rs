@@ -5,7 +5,9 @@
 //! issue) may replace a rule's choice with a measured one; these defaults must already
 //! be good.
 
-use super::{Buffer, Dim, Elem, Extent, GemvQ8Tuning, GemvTuning, Int8Dot, KernelSpec, Launch, Op, Scalar, Tuning};
+use super::{
+    Buffer, Dim, Elem, Extent, GemvQ8Tuning, GemvTuning, Int8Dot, KernelSpec, Launch, Op, Options, Scalar, Tuning,
+};
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -44,16 +46,26 @@ pub const INT8_DOT: [GgmlType; 9] = [
 pub const INT8_MIN_BYTES: u64 = 4 << 20;
 /// Bytes a wave keeps in flight per slab of an int8 GEMV, at least.
 pub const SLAB_TARGET_BYTES: u32 = 1024;
-/// Waves per block of an int8 GEMV (one row each).
+/// Threads of a norm's block, at most (one block a row, four elements a thread): a row
+/// of 4096 is one round trip to memory, not sixteen.
+pub const NORM_THREADS: u32 = 1024;
+/// Waves per block of an int8 GEMV.
 pub const Q8_WAVES: u32 = 8;
+/// Rows a wave of an int8 GEMV decodes together (single-token products).
+pub const Q8_ROWS_PER_WAVE: u32 = 2;
+/// Largest rows × window a wave accumulates at once (its float accumulators).
+pub const Q8_ACCUMULATORS: u32 = 8;
+/// Blocks of an int8 GEMV per compute unit, at most; more rows are stepped over. Each
+/// block stages the lookup grid once, however many rows it then decodes.
+pub const Q8_BLOCKS_PER_CU: u32 = 4;
 
 /// The full kernel record for `op` on `target` (int8 GEMVs by the default rule).
 pub fn kernel(op: Op, target: &Target) -> KernelSpec {
-    kernel_with(op, target, Int8Dot::Auto)
+    kernel_with(op, target, &Options::default())
 }
 
-/// The full kernel record for `op` on `target`, with int8 GEMVs where `int8` says.
-pub fn kernel_with(op: Op, target: &Target, int8: Int8Dot) -> KernelSpec {
+/// The full kernel record for `op` on `target`, with int8 GEMVs where `options.int8` says.
+pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
     let wave = target.device.wave_size;
     let name = op.kernel_name();
     let rows = |name: &str| Dim::Runtime { arg: name.into(), per_block: 1 };
@@ -66,15 +78,17 @@ pub fn kernel_with(op: Op, target: &Target, int8: Int8Dot) -> KernelSpec {
         waves: threads / wave,
         wave_size: wave,
         shared_bytes,
+        grid_dependency: target.features.grid_dependency,
     };
     let block_per_row = |n: u32, cap: u32| round_up(n.div_ceil(4), wave).clamp(wave, cap.max(wave));
 
     let (launch, tuning, buffers, scalars) = match &op {
-        Op::Gemv { quant, rows: r, cols, window } if gemv_q8(*quant, *r, *cols, target, int8).is_some() => {
-            let Some(t) = gemv_q8(*quant, *r, *cols, target, int8) else { unreachable!("matched above") };
+        Op::Gemv { quant, rows: r, cols, window } if gemv_q8(*quant, *r, *cols, *window, target, options).is_some() => {
+            let Some(t) = gemv_q8(*quant, *r, *cols, *window, target, options) else { unreachable!("matched above") };
             let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
-            let grid = [Dim::Fixed(r.div_ceil(t.waves)), Dim::Fixed(1), Dim::Fixed(1)];
-            let shared = t.waves * t.slab_bytes.next_multiple_of(16) + t.table_bytes;
+            let blocks = r.div_ceil(t.rows_per_wave * t.waves).min(target.device.compute_units * Q8_BLOCKS_PER_CU);
+            let grid = [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)];
+            let shared = t.waves * t.rows_per_wave * t.slab_bytes.next_multiple_of(16) + t.table_bytes;
             (
                 launch(grid, t.waves * wave, shared),
                 Tuning::GemvQ8(t),
@@ -124,7 +138,7 @@ pub fn kernel_with(op: Op, target: &Target, int8: Int8Dot) -> KernelSpec {
             )
         }
         Op::RmsNorm { n, .. } => {
-            let threads = block_per_row(*n, 256);
+            let threads = block_per_row(*n, NORM_THREADS);
             (
                 launch([rows("rows"), Dim::Fixed(1), Dim::Fixed(1)], threads, threads / wave * 4),
                 Tuning::None {},
@@ -137,7 +151,7 @@ pub fn kernel_with(op: Op, target: &Target, int8: Int8Dot) -> KernelSpec {
             )
         }
         Op::AddRmsNorm { n, q8, .. } => {
-            let threads = block_per_row(*n, 256);
+            let threads = block_per_row(*n, NORM_THREADS);
             let mut buffers = vec![
                 buffer("a", Elem::F32, per("rows", *n), false),
                 buffer("b", Elem::F32, per("rows", *n), false),
@@ -280,24 +294,37 @@ pub fn gemv(rows: u32, cols: u32, window: u32, target: &Target) -> GemvTuning {
 /// - Taken where the target has a signed 4-way int8 dot (dp4a, sdot4 or sudot4) and the
 ///   type an int8 decoder ([`INT8_DOT`]); by default ([`Int8Dot::Auto`]) only for
 ///   matrices of at least [`INT8_MIN_BYTES`] whose rows are whole 16-byte vectors. The
-///   rule does not depend on the window, so a verify window computes exactly what
+///   choice does not depend on the window, so a verify window computes exactly what
 ///   decode does.
-/// - One row per wave, [`Q8_WAVES`] waves per block: no block barriers, and a wave's row
-///   is one contiguous stream of loads, each the widest (16, 8, 4 or 2 bytes) that
-///   divides the row length, so every row starts aligned to it.
+/// - A wave decodes [`Q8_ROWS_PER_WAVE`] rows together (`options.q8_rows` overrides;
+///   fewer in wide windows, [`Q8_ACCUMULATORS`]): the input chunks, which outweigh a
+///   chunk's weights in on-chip traffic, are loaded once for all of them. Lane `l` sums
+///   chunks `l`, `l + wave`, ... in order whatever the grouping, so the result does not
+///   depend on it. [`Q8_WAVES`] waves per block: no block barriers, and each row is one
+///   contiguous stream of loads, each the widest (16, 8, 4 or 2 bytes) that divides the
+///   row length, so every row starts aligned to it.
 /// - A slab is the smallest run of whole blocks that is whole vectors and whole
 ///   wave-sized chunk groups (every lane decodes the same number of chunks), doubled
-///   until it reaches [`SLAB_TARGET_BYTES`] or covers the row: enough bytes in flight
-///   per wave that a short row is one round trip to memory.
-/// - IQ types' lookup grids are staged in shared memory ([`lookup_table`]).
-pub fn gemv_q8(quant: GgmlType, rows: u32, cols: u32, target: &Target, int8: Int8Dot) -> Option<GemvQ8Tuning> {
+///   until a wave's slabs reach [`SLAB_TARGET_BYTES`] (twice that for two rows or more)
+///   or cover the row: enough bytes in flight per wave that a short row is one round
+///   trip to memory.
+/// - IQ types' lookup grids are staged in shared memory ([`lookup_table`]); rows per wave
+///   are halved until the slabs and the grid fit the target's shared memory.
+pub fn gemv_q8(
+    quant: GgmlType,
+    rows: u32,
+    cols: u32,
+    window: u32,
+    target: &Target,
+    options: &Options,
+) -> Option<GemvQ8Tuning> {
     let f = &target.features;
     let row_bytes = quant.row_bytes(u64::from(cols))?;
     // By default only rows of whole 16-byte vectors: narrower loads do not reach the
     // bandwidth that pays for the quantizer launch (and SmolLM2's 612-byte Q8_0 output
     // rows keep their float path, so its outputs stay those of the float reference).
     let big = u64::from(rows) * row_bytes >= INT8_MIN_BYTES && row_bytes % 16 == 0;
-    let wanted = match int8 {
+    let wanted = match options.int8 {
         Int8Dot::Auto => big,
         Int8Dot::Always => true,
         Int8Dot::Never => false,
@@ -312,17 +339,31 @@ pub fn gemv_q8(quant: GgmlType, rows: u32, cols: u32, target: &Target, int8: Int
     let mut blocks = lcm(block_bytes, vector) / block_bytes;
     blocks *= lcm(blocks * block_chunks, wave) / (blocks * block_chunks);
     let row_chunks = cols / 32;
-    while blocks * block_bytes < SLAB_TARGET_BYTES && blocks * block_chunks < row_chunks {
-        blocks *= 2;
+    let table_bytes = lookup_table(quant).map_or(0, |(_, elem, len)| elem * len);
+    let unit = blocks;
+    let mut rows_per_wave =
+        options.q8_rows.unwrap_or(Q8_ROWS_PER_WAVE).clamp(1, (Q8_ACCUMULATORS / window.max(1)).max(1)).min(rows.max(1));
+    loop {
+        blocks = unit;
+        let per_row = SLAB_TARGET_BYTES * rows_per_wave.min(2) / rows_per_wave;
+        while blocks * block_bytes < per_row && blocks * block_chunks < row_chunks {
+            blocks *= 2;
+        }
+        let shared = Q8_WAVES * rows_per_wave * (blocks * block_bytes).next_multiple_of(16) + table_bytes;
+        if rows_per_wave == 1 || shared <= target.device.shared_bytes_per_block {
+            break;
+        }
+        rows_per_wave /= 2;
     }
     let slab_bytes = blocks * block_bytes;
     Some(GemvQ8Tuning {
         waves: Q8_WAVES,
+        rows_per_wave,
         vector_bytes: vector,
         slab_bytes,
         slab_chunks: blocks * block_chunks,
         loads: (slab_bytes / vector).div_ceil(wave),
-        table_bytes: lookup_table(quant).map_or(0, |(_, elem, len)| elem * len),
+        table_bytes,
     })
 }
 
@@ -353,23 +394,50 @@ fn round_up(n: u32, m: u32) -> u32 {
 mod tests {
     use super::*;
 
+    fn with(int8: Int8Dot) -> Options {
+        Options { int8, ..Options::default() }
+    }
+
     #[test]
     fn int8_dot_is_taken_by_default_only_where_weight_reads_dominate() {
         let sm90 = Target::load("sm_90").expect("known");
-        let down = gemv_q8(GgmlType::Q4_0, 4096, 14_336, &sm90, Int8Dot::Auto).expect("an 8B down projection");
+        let auto = with(Int8Dot::Auto);
+        let down = gemv_q8(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &auto).expect("an 8B down projection");
         assert_eq!((down.vector_bytes, down.slab_bytes, down.slab_chunks), (16, 1152, 64));
         // SmolLM2's products are latency-bound, and its 30 MiB output has 612-byte rows:
         // float unless asked.
-        assert_eq!(gemv_q8(GgmlType::Q4_1, 1536, 576, &sm90, Int8Dot::Auto), None);
-        assert_eq!(gemv_q8(GgmlType::Q8_0, 49_152, 576, &sm90, Int8Dot::Auto), None);
-        let small = gemv_q8(GgmlType::Q4_1, 1536, 576, &sm90, Int8Dot::Always).expect("forced");
+        assert_eq!(gemv_q8(GgmlType::Q4_1, 1536, 576, 1, &sm90, &auto), None);
+        assert_eq!(gemv_q8(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &auto), None);
+        let small = gemv_q8(GgmlType::Q4_1, 1536, 576, 1, &sm90, &with(Int8Dot::Always)).expect("forced");
         assert_eq!(small.vector_bytes, 8, "360-byte rows load 8 bytes at a time");
-        assert_eq!(gemv_q8(GgmlType::Q4_0, 4096, 14_336, &sm90, Int8Dot::Never), None);
-        assert_eq!(gemv_q8(GgmlType::Q5_0, 4096, 14_336, &sm90, Int8Dot::Always), None, "no int8 decoder");
+        assert_eq!(gemv_q8(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &with(Int8Dot::Never)), None);
+        assert_eq!(gemv_q8(GgmlType::Q5_0, 4096, 14_336, 1, &sm90, &with(Int8Dot::Always)), None, "no int8 decoder");
         // Wave64: every lane gets the same number of chunks.
         let gfx90a = Target::load("gfx90a").expect("known");
-        let g = gemv_q8(GgmlType::IQ2_XS, 4096, 14_336, &gfx90a, Int8Dot::Auto).expect("sdot4");
+        let g = gemv_q8(GgmlType::IQ2_XS, 4096, 14_336, 1, &gfx90a, &auto).expect("sdot4");
         assert_eq!(g.slab_chunks % 64, 0);
         assert_eq!(g.slab_bytes % 74, 0);
+    }
+
+    #[test]
+    fn int8_rows_per_wave_shrink_with_the_window_and_keep_the_slab_shape() {
+        let sm90 = Target::load("sm_90").expect("known");
+        let rows = |window, q8_rows| {
+            let options = Options { q8_rows, ..Options::default() };
+            gemv_q8(GgmlType::IQ2_XS, 4096, 14_336, window, &sm90, &options).expect("int8").rows_per_wave
+        };
+        assert_eq!(rows(1, None), Q8_ROWS_PER_WAVE);
+        assert_eq!(rows(1, Some(4)), 4);
+        assert_eq!(rows(8, Some(4)), 1, "8 columns fill the accumulators alone");
+        assert_eq!(rows(16, None), 1);
+        // Four rows keep slabs half as long: the wave still has 2 KiB in flight.
+        let options = Options { q8_rows: Some(4), ..Options::default() };
+        let four = gemv_q8(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &options).expect("int8");
+        assert_eq!(four.slab_bytes, 576);
+        let spec =
+            kernel_with(Op::Gemv { quant: GgmlType::Q4_0, rows: 4096, cols: 14_336, window: 1 }, &sm90, &options);
+        assert_eq!(spec.launch.grid[0], Dim::Fixed(128), "4096 rows, 32 a block");
+        let big = Op::Gemv { quant: GgmlType::Q4_0, rows: 28_672, cols: 4096, window: 1 };
+        assert_eq!(kernel_with(big, &sm90, &options).launch.grid[0], Dim::Fixed(132 * Q8_BLOCKS_PER_CU));
     }
 }

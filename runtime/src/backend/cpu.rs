@@ -423,7 +423,7 @@ impl Backend for Cpu {
 mod tests {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
-    use strata_compiler::plan::{Int8Dot, Tuning, rules};
+    use strata_compiler::plan::{Int8Dot, Options, Tuning, rules};
     use strata_compiler::quant::{GgmlType, random_blocks, random_floats};
     use strata_compiler::target::Target;
 
@@ -451,8 +451,8 @@ mod tests {
         for quant in [GgmlType::Q4_0, GgmlType::IQ2_XS] {
             let op = Op::Gemv { quant, rows, cols, window };
             let (q8, float) = (
-                rules::kernel_with(op.clone(), &target, Int8Dot::Always),
-                rules::kernel_with(op, &target, Int8Dot::Never),
+                rules::kernel_with(op.clone(), &target, &Options { int8: Int8Dot::Always, ..Options::default() }),
+                rules::kernel_with(op, &target, &Options { int8: Int8Dot::Never, ..Options::default() }),
             );
             assert!(matches!(q8.tuning, Tuning::GemvQ8(_)) && matches!(float.tuning, Tuning::Gemv(_)));
             let mut w = vec![0u8; quant.row_bytes(u64::from(cols)).expect("whole") as usize * rows as usize];

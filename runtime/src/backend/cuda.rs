@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
-};
+use std::ffi::c_void;
+
+use cudarc::driver::sys::{self, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nvrtc::Ptx;
 use strata_compiler::plan::KernelSpec;
 
@@ -199,26 +199,41 @@ impl Backend for Cuda {
         if x == 0 || y == 0 || z == 0 {
             return Ok(()); // nothing to do (zero rows or tokens)
         }
-        let mut pointers: Vec<u64> = Vec::new();
-        let mut scalars: Vec<u32> = Vec::new();
-        for a in args {
-            match *a {
-                Arg::Buf(id, offset) => pointers.push(self.pointer(id, offset)),
-                Arg::U32(v) => scalars.push(v),
-            }
-        }
-        let cfg = LaunchConfig { grid_dim: (x, y, z), block_dim: (spec.launch.threads, 1, 1), shared_mem_bytes: 0 };
-        let mut builder = self.stream.launch_builder(f);
-        for p in &pointers {
-            builder.arg(p);
-        }
-        for s in &scalars {
-            builder.arg(s);
-        }
-        // SAFETY: the argument list follows the kernel's signature from its plan record
-        // (pointers to live buffers sized by `bind`, then u32 scalars), and the launch
-        // geometry is the record's, which the static checks proved within the target.
-        unsafe { builder.launch(cfg) }
+        // Kernel parameters: the buffer pointers, then the u32 scalars (the order of the
+        // kernel's signature in its plan record).
+        let pointers: Vec<u64> = args
+            .iter()
+            .filter_map(|a| if let Arg::Buf(id, offset) = *a { Some(self.pointer(id, offset)) } else { None })
+            .collect();
+        let scalars: Vec<u32> = args.iter().filter_map(|a| if let Arg::U32(v) = *a { Some(v) } else { None }).collect();
+        let mut params: Vec<*mut c_void> = pointers.iter().map(|p| p as *const u64 as *mut c_void).collect();
+        params.extend(scalars.iter().map(|s| s as *const u32 as *mut c_void));
+        // A kernel that waits for its inputs in-kernel launches as a programmatic
+        // dependent of the one before: its blocks start (and load their weights) while
+        // that one drains.
+        // SAFETY: a zeroed launch attribute is plain data; id and value are set next.
+        let mut dependent: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        dependent.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        dependent.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: x,
+            gridDimY: y,
+            gridDimZ: z,
+            blockDimX: spec.launch.threads,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut dependent,
+            numAttrs: u32::from(spec.launch.grid_dependency),
+        };
+        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        // SAFETY: the parameters follow the kernel's signature from its plan record
+        // (pointers to live buffers sized by `bind`, then u32 scalars) and outlive the
+        // call, which copies them; the launch geometry is the record's, which the static
+        // checks proved within the target.
+        unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
             .map_err(|e| RunError::Launch { kernel: spec.name.clone(), message: e.to_string() })?;
         self.last_kernel = spec.name.clone();
         Ok(())
