@@ -40,10 +40,11 @@ pub const INT8_DOT: [GgmlType; 9] = [
     GgmlType::IQ3_S,
 ];
 /// Smallest weight matrix that takes the int8 path by default. Below it a product is
-/// bound by launch latency rather than by its weight reads, and the extra quantizer
-/// launch costs more than the cheaper dot products save (SmolLM2's layer matrices are
-/// below it).
-pub const INT8_MIN_BYTES: u64 = 4 << 20;
+/// bound by launch latency rather than by its weight reads, and an extra quantizer
+/// launch could cost more than the cheaper dot products save. SmolLM2's layer matrices
+/// (0.6 MB at most) stay below it; an 8B IQ1_M output projection (3.7 MB) does not: on
+/// the float path it took 17 µs, three times its int8 time.
+pub const INT8_MIN_BYTES: u64 = 1 << 20;
 /// Bytes a wave keeps in flight per slab of an int8 GEMV, at least.
 pub const SLAB_TARGET_BYTES: u32 = 1024;
 /// Threads of a norm's block, at most (one block a row, four elements a thread): a row
@@ -223,20 +224,26 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
                 vec![scalar("tokens", MAX_TOKENS)],
             )
         }
-        Op::Attention { heads, kv_heads, head_dim, .. } => {
+        Op::Attention { heads, kv_heads, head_dim, q8, .. } => {
             let threads = WAVES_PER_BLOCK * wave;
             // Per wave: running max, running sum and a head-length accumulator.
             let shared = WAVES_PER_BLOCK * (2 + head_dim) * 4;
+            let width = heads * head_dim;
+            let mut buffers = vec![
+                buffer("q", Elem::F32, Extent::Fixed(u64::from(width)), false),
+                buffer("k_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
+                buffer("v_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
+                buffer("out", Elem::F32, Extent::Fixed(u64::from(width)), true),
+                buffer("pos", Elem::I32, Extent::Fixed(1), false),
+            ];
+            if *q8 {
+                buffers.push(buffer("xq", Elem::U8, Extent::Fixed(u64::from(width)), true));
+                buffers.push(buffer("xd", Elem::F32, Extent::Fixed(u64::from(width / 16)), true));
+            }
             (
                 launch([Dim::Fixed(*heads), Dim::Fixed(1), Dim::Fixed(1)], threads, shared),
                 Tuning::None {},
-                vec![
-                    buffer("q", Elem::F32, Extent::Fixed(u64::from(heads * head_dim)), false),
-                    buffer("k_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
-                    buffer("v_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
-                    buffer("out", Elem::F32, Extent::Fixed(u64::from(heads * head_dim)), true),
-                    buffer("pos", Elem::I32, Extent::Fixed(1), false),
-                ],
+                buffers,
                 vec![scalar("t", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
             )
         }
@@ -404,6 +411,7 @@ mod tests {
         let auto = with(Int8Dot::Auto);
         let down = gemv_q8(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &auto).expect("an 8B down projection");
         assert_eq!((down.vector_bytes, down.slab_bytes, down.slab_chunks), (16, 1152, 64));
+        assert!(gemv_q8(GgmlType::IQ1_M, 4096, 4096, 1, &sm90, &auto).is_some(), "an 8B IQ1_M output projection");
         // SmolLM2's products are latency-bound, and its 30 MiB output has 612-byte rows:
         // float unless asked.
         assert_eq!(gemv_q8(GgmlType::Q4_1, 1536, 576, 1, &sm90, &auto), None);
