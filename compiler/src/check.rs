@@ -239,16 +239,9 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
                 format!("heads of {head_dim} with {rope_dims} rotating, taken in pairs"),
             );
         }
-        (Op::Attention { heads, kv_heads, head_dim, q8, .. }, _) => {
+        (Op::Attention { heads, kv_heads, head_dim, .. }, _) => {
             if *kv_heads == 0 || heads % kv_heads != 0 {
                 fail("query heads per KV head", format!("{heads}/{kv_heads}"), "they must divide evenly".into());
-            }
-            if *q8 && (head_dim % 32 != 0 || head_dim % l.wave_size != 0) {
-                fail(
-                    "head length for a quantized output",
-                    head_dim.to_string(),
-                    format!("whole 32-element chunks and whole waves of {}", l.wave_size),
-                );
             }
             if grid_x != u64::from(*heads) {
                 fail("blocks", grid_x.to_string(), format!("there is one block per head ({heads})"));

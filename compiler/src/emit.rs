@@ -326,11 +326,11 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
             "row_bytes": quant.row_bytes(u64::from(*cols)).unwrap_or(0),
             "table_len": fixed(spec, "table"),
         }),
-        Op::Attention { heads, kv_heads, head_dim, scale, q8 } => json!({
+        Op::Attention { heads, kv_heads, head_dim, scale } => json!({
             "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
             "group": heads / kv_heads, "kv_width": kv_heads * head_dim,
             "per_lane": head_dim.div_ceil(target.device.wave_size),
-            "scale": c_float(*scale), "q8": q8, "width": heads * head_dim,
+            "scale": c_float(*scale),
         }),
         Op::Softmax { n } | Op::Argmax { n } => json!({ "n": n }),
     };

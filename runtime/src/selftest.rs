@@ -176,23 +176,19 @@ pub fn test_kernel(
     let tolerance = tolerance(&spec.op);
     let mut max_error = 0f64;
     let mut first_bad = None;
-    // A kernel that also quantizes its float output (a fused quantizer): its quants must be
-    // exactly those of its own float output, which is compared with the reference like any
-    // output (quantizing the reference's instead could flip a quant at a rounding boundary).
-    let fused_q8 = match spec.op {
-        Op::AddRmsNorm { q8: true, .. } | Op::SiluMul { q8: true, .. } => Some("y"),
-        Op::Attention { q8: true, .. } => Some("out"),
-        _ => None,
-    };
+    // A kernel that also quantizes its output `y` (a fused quantizer): its quants must be
+    // exactly those of its own `y`, which is compared with the reference like any output
+    // (quantizing the reference's `y` instead could flip a quant at a rounding boundary).
+    let fused_q8 = matches!(spec.op, Op::AddRmsNorm { q8: true, .. } | Op::SiluMul { q8: true, .. });
     let mut device_out = std::collections::HashMap::new();
     for (name, _, d, _, len) in &outputs {
         let mut got = vec![0u8; *len];
         device.read(*d, 0, &mut got)?;
         device_out.insert(name.clone(), got);
     }
-    let own_q8 = fused_q8.map(|float| {
+    let own_q8 = fused_q8.then(|| {
         let y: Vec<f32> =
-            device_out[float].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            device_out["y"].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         let (xq, xd) = crate::backend::cpu::quantize_q8(&y);
         (xq, xd.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
     });

@@ -61,7 +61,7 @@ fn int8_kernels_for_wave32_and_wave64_targets() {
             .kernels
             .iter()
             .filter(|k| {
-                let int8 = ["gemv_", "quantize_q8_", "add_rmsnorm_q8_", "silu_mul_q8_", "attention_q8_"];
+                let int8 = ["gemv_", "quantize_q8_", "add_rmsnorm_q8_", "silu_mul_q8_"];
                 keep.contains(&k.name.as_str()) && int8.iter().any(|p| k.name.starts_with(p))
             })
             .map(|k| format!("=== {} ===\n{}\n", k.name, k.text))

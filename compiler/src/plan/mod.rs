@@ -214,9 +214,6 @@ pub enum Op {
         head_dim: u32,
         /// Score scale, 1/sqrt(head_dim).
         scale: f32,
-        /// Also writes `out` quantized to int8, as [`Op::AddRmsNorm`]'s `q8` (for an int8
-        /// output projection).
-        q8: bool,
     },
     /// In-place softmax over rows of `n`.
     Softmax {
@@ -268,12 +265,7 @@ impl Op {
             Op::Add { n, broadcast: false } => format!("add_{n}"),
             Op::Add { n, broadcast: true } => format!("add_bias_{n}"),
             Op::Embed { quant, cols, vocab } => format!("embed_{}_{vocab}x{cols}", q(quant)),
-            Op::Attention { heads, kv_heads, head_dim, q8: false, .. } => {
-                format!("attention_{heads}x{kv_heads}x{head_dim}")
-            }
-            Op::Attention { heads, kv_heads, head_dim, q8: true, .. } => {
-                format!("attention_q8_{heads}x{kv_heads}x{head_dim}")
-            }
+            Op::Attention { heads, kv_heads, head_dim, .. } => format!("attention_{heads}x{kv_heads}x{head_dim}"),
             Op::Softmax { n } => format!("softmax_{n}"),
             Op::Argmax { n } => format!("argmax_{n}"),
         }
@@ -533,7 +525,6 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
             kv_heads: model.kv_heads,
             head_dim: model.head_dim_k,
             scale: 1.0 / (model.head_dim_k as f32).sqrt(),
-            q8: false,
         },
         Op::SiluMul { n: ffn, q8: false },
         Op::Add { n: model.embd, broadcast: false },
@@ -558,16 +549,10 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
             _ => None,
         })
         .collect();
-    // Where such products read a norm's, SiLU·mul's or attention's output, that kernel
-    // quantizes it (attention where a wave's lanes cover whole 32-element chunks).
+    // Where such products read a norm's or SiLU·mul's output, that kernel quantizes it.
     let (embd, eps) = (model.embd, model.rms_eps);
     if q8_cols.contains(&embd) {
         kernels.push(rules::kernel(Op::AddRmsNorm { n: embd, eps, q8: true }, target));
-    }
-    let (heads, kv_heads, head_dim) = (model.heads, model.kv_heads, model.head_dim_k);
-    if q8_cols.contains(&(heads * head_dim)) && head_dim % 32 == 0 && head_dim % target.device.wave_size == 0 {
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        kernels.push(rules::kernel(Op::Attention { heads, kv_heads, head_dim, scale, q8: true }, target));
     }
     if q8_cols.contains(&ffn) {
         kernels.push(rules::kernel(Op::SiluMul { n: ffn, q8: true }, target));

@@ -224,26 +224,20 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
                 vec![scalar("tokens", MAX_TOKENS)],
             )
         }
-        Op::Attention { heads, kv_heads, head_dim, q8, .. } => {
+        Op::Attention { heads, kv_heads, head_dim, .. } => {
             let threads = WAVES_PER_BLOCK * wave;
             // Per wave: running max, running sum and a head-length accumulator.
             let shared = WAVES_PER_BLOCK * (2 + head_dim) * 4;
-            let width = heads * head_dim;
-            let mut buffers = vec![
-                buffer("q", Elem::F32, Extent::Fixed(u64::from(width)), false),
-                buffer("k_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
-                buffer("v_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
-                buffer("out", Elem::F32, Extent::Fixed(u64::from(width)), true),
-                buffer("pos", Elem::I32, Extent::Fixed(1), false),
-            ];
-            if *q8 {
-                buffers.push(buffer("xq", Elem::U8, Extent::Fixed(u64::from(width)), true));
-                buffers.push(buffer("xd", Elem::F32, Extent::Fixed(u64::from(width / 16)), true));
-            }
             (
                 launch([Dim::Fixed(*heads), Dim::Fixed(1), Dim::Fixed(1)], threads, shared),
                 Tuning::None {},
-                buffers,
+                vec![
+                    buffer("q", Elem::F32, Extent::Fixed(u64::from(heads * head_dim)), false),
+                    buffer("k_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
+                    buffer("v_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
+                    buffer("out", Elem::F32, Extent::Fixed(u64::from(heads * head_dim)), true),
+                    buffer("pos", Elem::I32, Extent::Fixed(1), false),
+                ],
                 vec![scalar("t", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
             )
         }

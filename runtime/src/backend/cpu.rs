@@ -186,7 +186,7 @@ impl Cpu {
                 }
                 outputs.push(("y", f32_bytes(&y)));
             }
-            Op::Attention { heads, kv_heads, head_dim, scale, q8 } => {
+            Op::Attention { heads, kv_heads, head_dim, scale } => {
                 let (heads, kv_heads, hd) = (*heads as usize, *kv_heads as usize, *head_dim as usize);
                 let n_ctx = scalar("n_ctx") as usize;
                 let n_kv = (ints(input("pos"), 1)[0] as usize + scalar("t") as usize + 1).min(n_ctx);
@@ -209,11 +209,6 @@ impl Cpu {
                         let v: f64 = (0..n_kv).map(|p| weights[p] * f64::from(vc[p * width + kvh * hd + d])).sum();
                         out[h * hd + d] = if total > 0.0 { (v / total) as f32 } else { 0.0 };
                     }
-                }
-                if *q8 {
-                    let (xq, xd) = quantize_q8(&out);
-                    outputs.push(("xq", xq));
-                    outputs.push(("xd", f32_bytes(&xd)));
                 }
                 outputs.push(("out", f32_bytes(&out)));
             }

@@ -5,10 +5,9 @@
 //! instead.
 
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use std::ffi::c_void;
 
 use cudarc::driver::sys::{self, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr};

@@ -467,13 +467,12 @@ impl Model {
             &embed,
             &[("table", buf(self.embed.buf)), ("ids", buf(ids)), ("y", buf(x[0])), ("tokens", Arg::U32(t))],
         )?;
-        let attention_op = |q8| Op::Attention {
+        let attention = self.kernels.get(&Op::Attention {
             heads: d.heads,
             kv_heads: d.kv_heads,
             head_dim: d.head_dim_k,
             scale: 1.0 / (d.head_dim_k as f32).sqrt(),
-            q8,
-        };
+        })?;
         let style = if d.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
         let rope_store = self.kernels.get(&Op::RopeStore {
             style,
@@ -532,26 +531,22 @@ impl Model {
                 ],
             )?;
             let Arg::Buf(q_buf, q_off) = q else { unreachable!("q is a buffer") };
-            let attn_q8 = self.fuse_q8(&attention_op(true), &[ly.o], t)?;
-            let attention = self.kernels.get(&attention_op(attn_q8))?;
             for i in 0..t {
                 let row = i as usize * qd as usize * 4;
-                let mut args = vec![
-                    ("q", Arg::Buf(q_buf, q_off + row)),
-                    ("k_cache", buf(k_cache)),
-                    ("v_cache", buf(v_cache)),
-                    ("out", Arg::Buf(attn, row)),
-                    ("pos", buf(pos)),
-                ];
-                if attn_q8 {
-                    // Token i's quants and its (scale, sum) pairs, as quantize_q8 lays rows out.
-                    let (quants, pairs) = (i as usize * qd as usize, i as usize * (qd as usize / 16) * 4);
-                    args.extend([("xq", Arg::Buf(self.s.xq, quants)), ("xd", Arg::Buf(self.s.xd, pairs))]);
-                }
-                args.extend([("t", Arg::U32(i)), ("n_ctx", Arg::U32(self.n_ctx))]);
-                self.backend.call(&attention, &args)?;
+                self.backend.call(
+                    &attention,
+                    &[
+                        ("q", Arg::Buf(q_buf, q_off + row)),
+                        ("k_cache", buf(k_cache)),
+                        ("v_cache", buf(v_cache)),
+                        ("out", Arg::Buf(attn, row)),
+                        ("pos", buf(pos)),
+                        ("t", Arg::U32(i)),
+                        ("n_ctx", Arg::U32(self.n_ctx)),
+                    ],
+                )?;
             }
-            self.products(buf(attn), t, &[(ly.o, buf(proj))], attn_q8)?;
+            self.gemv(ly.o, buf(attn), buf(proj), t)?;
             h_q8 = self.add_rmsnorm(x[cur], proj, ly.ffn_norm, x[1 - cur], h, t, &Self::ffn_inputs(&ly, t))?;
             cur = 1 - cur;
             let (gate, up) = match ly.gate_up {
