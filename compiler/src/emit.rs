@@ -49,6 +49,7 @@ impl Dialect {
 const TEMPLATES: &[(&str, &str)] = &[
     ("cuda/prelude", include_str!("../../templates/cuda/prelude.cuh")),
     ("hip/prelude", include_str!("../../templates/hip/prelude.cuh")),
+    ("host/prelude", include_str!("../../templates/host/prelude.cuh")),
     ("common", include_str!("../../templates/common.cuh")),
     ("ops/gemv", include_str!("../../templates/ops/gemv.cu.hbs")),
     ("ops/gemv_q8", include_str!("../../templates/ops/gemv_q8.cu.hbs")),
@@ -186,6 +187,40 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
         kernels.push(KernelSource { name: spec.name.clone(), text, hash });
     }
     Ok(Module { dialect, source, kernels })
+}
+
+/// The block decoders of `quants` as host C++ (the host prelude), each behind an
+/// `extern "C"` entry point: `strata_host_dequant32_<type>(row, chunk, w)` and, for the
+/// types with an int8 path, `strata_host_dot32_<type>(row, chunk, q, qsum)` (its lookup
+/// grid passed as the GEMV passes it). Tests build it into a shared library and compare
+/// the GPU decoders' own code with the CPU reference.
+pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
+    let h = registry();
+    let render = |template: &str, what: &str| {
+        h.render(template, &json!({ "checked": false }))
+            .map_err(|e| EmitError { what: what.into(), message: e.to_string() })
+    };
+    let mut source = render("host/prelude", "prelude")?;
+    source.push_str(&render("common", "common helpers")?);
+    source.push_str(&tables(quants));
+    for q in quants {
+        let name = q.name().to_ascii_lowercase();
+        source.push_str(&render(&format!("quant/{name}"), &format!("the {q} decoder"))?);
+        let _ = writeln!(
+            source,
+            "extern \"C\" void strata_host_dequant32_{name}(const u8* row, u32 chunk, float* w) {{ \
+             strata_dequant32_{name}(row, chunk, w); }}"
+        );
+        if crate::plan::rules::INT8_DOT.contains(q) {
+            let table = crate::plan::rules::lookup_table(*q).map_or("0", |(table, _, _)| table);
+            let _ = writeln!(
+                source,
+                "extern \"C\" float strata_host_dot32_{name}(const u8* row, u32 chunk, const i32* q, i32 qsum) {{ \
+                 return strata_dot32_{name}(row, chunk, q, qsum, {table}); }}"
+            );
+        }
+    }
+    Ok(source)
 }
 
 fn quant_of(op: &Op) -> Option<GgmlType> {

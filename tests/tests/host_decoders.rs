@@ -1,0 +1,81 @@
+//! The GPU block decoders' own code, built for the host by clang (the host prelude), against
+//! the CPU reference: every supported type's `strata_dequant32_<type>` value for value, and
+//! the int8-dot decoders `strata_dot32_<type>` against the reference weights' dot product
+//! with int8 activations. A decoder bug shows here, in CI, before any device runs it.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use strata_compiler::emit;
+use strata_compiler::plan::rules::INT8_DOT;
+use strata_compiler::quant::{GgmlType, SUPPORTED, random_blocks};
+use strata_tests::toolchain;
+
+type Dequant = unsafe extern "C" fn(*const u8, u32, *mut f32);
+type Dot = unsafe extern "C" fn(*const u8, u32, *const i32, i32) -> f32;
+
+#[test]
+fn gpu_decoders_match_the_cpu_reference_on_the_host() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let types: BTreeSet<GgmlType> = SUPPORTED.into_iter().collect();
+    let source = emit::host_decoders(&types).expect("renders");
+    let (src, lib) = (dir.path().join("decoders.cpp"), dir.path().join("libdecoders.so"));
+    std::fs::write(&src, source).expect("written");
+    let out = Command::new(&tools.clang)
+        .args(["-x", "c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fuse-ld=lld", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .expect("clang runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // SAFETY: the library is the one just built from strata's own decoders; loading runs no
+    // initializers beyond the C++ runtime's.
+    let lib = unsafe { libloading::Library::new(&lib) }.expect("loads");
+
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    for ty in SUPPORTED {
+        let name = ty.name().to_ascii_lowercase();
+        let cols = ty.block_len().max(256);
+        let row_bytes = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
+        let rows = 16;
+        let mut blocks = vec![0u8; rows * row_bytes];
+        random_blocks(ty, &mut rng, &mut blocks, 1.0).expect("random blocks");
+        let mut reference = vec![0f32; rows * cols];
+        ty.dequantize(&blocks, &mut reference).expect("dequantizes");
+        // SAFETY: the symbols are the extern "C" entry points host_decoders writes, with
+        // these signatures.
+        let dequant =
+            unsafe { lib.get::<Dequant>(format!("strata_host_dequant32_{name}").as_bytes()) }.expect("dequant entry");
+        let dot = INT8_DOT.contains(&ty).then(|| {
+            // SAFETY: as above.
+            unsafe { lib.get::<Dot>(format!("strata_host_dot32_{name}").as_bytes()) }.expect("dot entry")
+        });
+        for r in 0..rows {
+            let row = &blocks[r * row_bytes..][..row_bytes];
+            for c in 0..cols / 32 {
+                let want = &reference[r * cols + 32 * c..][..32];
+                let mut got = [0f32; 32];
+                // SAFETY: `row` holds the whole row, `got` 32 floats.
+                unsafe { dequant(row.as_ptr(), c as u32, got.as_mut_ptr()) };
+                for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                    assert!((g - w).abs() <= 1e-6 * w.abs().max(1e-3), "{ty} row {r} chunk {c} [{i}]: {g} vs {w}");
+                }
+                let Some(dot) = &dot else { continue };
+                // The decoders load the activations as aligned 16-byte vectors.
+                #[repr(align(16))]
+                struct Quants([i8; 32]);
+                let mut q = Quants([0; 32]);
+                q.0.iter_mut().for_each(|v| *v = rng.random_range(-127..=127));
+                let qsum: i32 = q.0.iter().map(|&v| i32::from(v)).sum();
+                let exact: f64 = want.iter().zip(&q.0).map(|(&w, &v)| f64::from(w) * f64::from(v)).sum();
+                let scale: f64 = want.iter().zip(&q.0).map(|(&w, &v)| (f64::from(w) * f64::from(v)).abs()).sum();
+                // SAFETY: as above; `q` is 32 int8 quants, 16-byte aligned.
+                let got = f64::from(unsafe { dot(row.as_ptr(), c as u32, q.0.as_ptr().cast(), qsum) });
+                assert!((got - exact).abs() <= 1e-5 * scale.max(1e-6), "{ty} row {r} chunk {c}: {got} vs {exact}");
+            }
+        }
+    }
+}
