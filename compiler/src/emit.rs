@@ -47,6 +47,7 @@ impl Dialect {
 
 /// Every template, compiled into the binary: (registry name, text).
 const TEMPLATES: &[(&str, &str)] = &[
+    ("types", include_str!("../../templates/types.cuh")),
     ("cuda/prelude", include_str!("../../templates/cuda/prelude.cuh")),
     ("hip/prelude", include_str!("../../templates/hip/prelude.cuh")),
     ("host/prelude", include_str!("../../templates/host/prelude.cuh")),
@@ -160,6 +161,7 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
         dialect.extension(),
         plan.kernels.len()
     );
+    source.push_str(&render("types", "types", &head)?);
     source.push_str(&render(prelude, "prelude", &head)?);
     source.push_str(&render("common", "common helpers", &head)?);
 
@@ -200,7 +202,8 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
         h.render(template, &json!({ "checked": false }))
             .map_err(|e| EmitError { what: what.into(), message: e.to_string() })
     };
-    let mut source = render("host/prelude", "prelude")?;
+    let mut source = render("types", "types")?;
+    source.push_str(&render("host/prelude", "prelude")?);
     source.push_str(&render("common", "common helpers")?);
     source.push_str(&tables(quants));
     for q in quants {

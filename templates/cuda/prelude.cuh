@@ -10,13 +10,6 @@
 #define STRATA_RESTRICT __restrict__
 #define STRATA_WAVE {{wave_size}}u
 
-typedef unsigned char u8;
-typedef signed char i8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef int i32;
-typedef unsigned long long u64;
-
 STRATA_DEVICE u32 strata_thread(void) { return __nvvm_read_ptx_sreg_tid_x(); }
 STRATA_DEVICE u32 strata_block_x(void) { return __nvvm_read_ptx_sreg_ctaid_x(); }
 STRATA_DEVICE u32 strata_block_y(void) { return __nvvm_read_ptx_sreg_ctaid_y(); }

@@ -7,13 +7,6 @@
 #define STRATA_RESTRICT __restrict__
 #define STRATA_WAVE 1u
 
-typedef unsigned char u8;
-typedef signed char i8;
-typedef unsigned short u16;
-typedef unsigned int u32;
-typedef int i32;
-typedef unsigned long long u64;
-
 STRATA_DEVICE u32 strata_thread(void) { __builtin_trap(); }
 STRATA_DEVICE u32 strata_block_x(void) { __builtin_trap(); }
 STRATA_DEVICE u32 strata_block_y(void) { __builtin_trap(); }
