@@ -8,6 +8,7 @@ strata="$dev/bin/strata-compile"
 results=()
 record() { results+=("$(printf '%-46s %s' "$1" "$2")"); }
 
+[ -f "$dev/artifacts.tar.xz" ] && tar -xJf "$dev/artifacts.tar.xz" -C "$dev"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 for art in "$dev"/art/*/; do
     art=${art%/}
@@ -25,6 +26,16 @@ for art in "$dev"/art/*/; do
         regs=$(grep -o 'Used [0-9]* registers' "$OUT/ptxas-$name.txt" | awk '{print $2}' | sort -n | tail -1)
         spills=$(grep -o '[0-9]* bytes spill stores' "$OUT/ptxas-$name.txt" | awk '{s+=$1} END {print s+0}')
         record "ptxas $name: max registers, spill bytes" "$regs, $spills"
+    fi
+done
+for art in "$dev"/art-run/mix-a-int8-*/; do
+    art=${art%/}
+    name=$(basename "$art")
+    echo "== gemv kernels of $name =="
+    if python3 scripts/device/gemv_check.py "$art" "$dev/packs/mix-a.gguf" "$strata"; then
+        record "gemv vs CPU reference: $name" PASS
+    else
+        record "gemv vs CPU reference: $name" FAIL
     fi
 done
 echo "== --checked kernels record out-of-bounds accesses =="
@@ -69,6 +80,29 @@ if [ -f "$model" ]; then
             echo "differs for: $prompt"; diff "$OUT/gen-cuda.txt" "$OUT/gen-cpu.txt" | head -5; fi
     done
     record "CUDA greedy = CPU greedy, 64 tokens ($same/3 prompts)" "$([ $same = 3 ] && echo PASS || echo FAIL)"
+    # Speculative decoding: greedy output with verify windows equals decoding without,
+    # for sm_90's kernels and gfx1100's run through CUDA.
+    code=$'Rename the variable `total` to `sum` in this function and return the whole function:\n```python\ndef add_all(values):\n    total = 0\n    for v in values:\n        total = total + v\n    return total\n```'
+    for arch in sm_90 gfx1100-on-sm_90; do
+        same=0 runs=0
+        for prompt in "$code" "The capital of France is" $'for i in range(3):\n    print(i)\nfor i in range(3):\n    print(i)\n'; do
+            chat=(); [ "$prompt" = "$code" ] && chat=(--chat)
+            gen() { "$run" generate --pack "$model" --artifacts "$dev/art-run/smollm2-$arch" --backend cuda \
+                --prompt "$prompt" "${chat[@]}" --max-tokens 96 --ignore-eos "$@" 2>>"$OUT/spec.log"; }
+            gen --spec 0 >"$OUT/spec-off.txt"
+            for t in 2 4 6 8 16; do
+                runs=$((runs + 1))
+                gen --spec $t >"$OUT/spec-on.txt"
+                if cmp -s "$OUT/spec-off.txt" "$OUT/spec-on.txt"; then same=$((same + 1)); else
+                    echo "spec $t differs ($arch): $prompt"; diff "$OUT/spec-off.txt" "$OUT/spec-on.txt" | head -5; fi
+            done
+            runs=$((runs + 1))
+            gen --spec 8 --spec-draft-max 2 --spec-ngram 2 >"$OUT/spec-on.txt"
+            cmp -s "$OUT/spec-off.txt" "$OUT/spec-on.txt" && same=$((same + 1))
+        done
+        record "greedy --spec T = --spec 0, $arch ($same/$runs)" "$([ $same = $runs ] && echo PASS || echo FAIL)"
+    done
+    grep 'speculative' "$OUT/spec.log" | tail -3
     refuse() { # label, expected text, expected status, command...
         local label=$1 want=$2 status=$3; shift 3
         out=$("$@" 2>&1); rc=$?

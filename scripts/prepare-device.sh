@@ -6,6 +6,9 @@
 # (SmolLM2) and a qwen3 synthetic pack, with deliberately faulty builds for the refusal
 # checks.
 #
+# Carry .device/bin, .device/packs and .device/artifacts.tar.xz (the art, art-run and
+# checked folders, compressed).
+#
 # The default model (94 MiB) is larger than one device call carries (64 MiB), so it
 # travels in pieces: .device-model/part-a and part-b, each carried by its own call ahead
 # of the check (see README, "GPU checks"); device-check.sh joins them.
@@ -24,7 +27,7 @@ for p in mix-a mix-b; do
     for spec in "sm_90" "gfx1100 --run-on sm_90"; do
         set -- $spec
         name="$p-$1"
-        $sc --pack "$dev/packs/$p.gguf" --target $spec --spec 8 --out "$dev/art/$name"
+        $sc --pack "$dev/packs/$p.gguf" --target $spec --spec 16 --out "$dev/art/$name"
         echo "$p.gguf" >"$dev/art/$name/PACK"
     done
 done
@@ -38,8 +41,8 @@ $sc synth --preset tiny-qwen3 --type Q4_K,Q6_K,Q8_0 --out "$dev/packs/qwen3.gguf
 for p in smollm2 qwen3; do
     pack="$dev/packs/$p.gguf"
     [ $p = smollm2 ] && pack=$model
-    $sc --pack "$pack" --target sm_90 --out "$dev/art-run/$p-sm_90" >/dev/null
-    $sc --pack "$pack" --target gfx1100 --run-on sm_90 --out "$dev/art-run/$p-gfx1100-on-sm_90" >/dev/null
+    $sc --pack "$pack" --target sm_90 --spec 16 --out "$dev/art-run/$p-sm_90" >/dev/null
+    $sc --pack "$pack" --target gfx1100 --run-on sm_90 --spec 16 --out "$dev/art-run/$p-gfx1100-on-sm_90" >/dev/null
 done
 # The int8-dot GEMVs of all nine types with an int8 decoder, windows up to 16 (forced:
 # the test pack's matrices are below the size where they are chosen by default).
@@ -51,6 +54,9 @@ done
 $sc --pack "$model" --target gfx1100 --out "$dev/art-run/smollm2-gfx1100" >/dev/null
 $sc --pack "$model" --target sm_90 --fault wrong:rmsnorm_576 --out "$dev/art-run/smollm2-fault-wrong" >/dev/null
 $sc --pack "$model" --target sm_90 --fault hang:silu_mul_1536 --out "$dev/art-run/smollm2-fault-hang" >/dev/null
+# PTX compresses twenty-fold: the artifacts travel as one archive beside the binaries and
+# packs (device-check.sh unpacks it), under the 64 MiB a device call carries.
+tar -cJf "$dev/artifacts.tar.xz" -C "$dev" art art-run checked
 rm -rf .device-model && mkdir -p .device-model/a .device-model/b
 head -c 40M "$model" >.device-model/a/part
 tail -c +$((40 * 1024 * 1024 + 1)) "$model" >.device-model/b/part

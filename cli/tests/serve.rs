@@ -249,6 +249,30 @@ fn concurrent_clients_all_complete_and_a_disconnect_frees_its_slot() {
 }
 
 #[test]
+fn speculative_serving_keeps_greedy_text_and_reports_acceptance() {
+    let Some(server) = Server::start(&["--parallel", "2", "--spec", "4"], &[], "ready") else { return };
+    // A pattern the n-gram drafter continues; with log-probabilities asked for, the
+    // same request decodes a token at a time, which gives the reference text.
+    let prompt = "1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2,";
+    let req = json!({ "prompt": prompt, "max_tokens": 12, "temperature": 0 });
+    let (status, fast) = server.post("/v1/completions", &req);
+    assert_eq!(status, 200, "{fast}");
+    let mut plain = req.clone();
+    plain["logprobs"] = json!(1);
+    let (_, plain) = server.post("/v1/completions", &plain);
+    assert_eq!(fast["choices"][0]["text"], plain["choices"][0]["text"]);
+    assert_eq!(fast["usage"]["completion_tokens"], 12);
+    let (_, metrics) = server.call("GET", "/metrics", None, &[]);
+    let value = |name: &str| -> f64 {
+        let line = metrics.lines().find(|l| l.starts_with(&format!("strata_{name} "))).expect(name);
+        line.rsplit(' ').next().and_then(|v| v.parse().ok()).expect("a number")
+    };
+    assert!(value("spec_verify_passes_total") > 0.0, "{metrics}");
+    assert!(value("spec_accepted_tokens_total") > 0.0, "{metrics}");
+    assert!(value("spec_acceptance_ratio") > 0.0 && value("spec_acceptance_ratio") <= 1.0, "{metrics}");
+}
+
+#[test]
 fn bad_input_gets_an_openai_style_4xx() {
     let Some(server) = Server::start(&["--parallel", "1"], &[], "ready") else { return };
     let cases: Vec<(&str, String, u16, &str)> = vec![

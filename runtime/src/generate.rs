@@ -1,13 +1,15 @@
-//! Running a session: prefill in chunks, then decode token by token (greedy through
-//! the captured decode step, sampled otherwise); scoring every position of a prompt;
-//! perplexity over a text.
+//! Running a session: prefill in chunks, then decode (greedy through the captured decode
+//! step, sampled otherwise; several tokens a step with speculative decoding); scoring
+//! every position of a prompt; perplexity over a text.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::backend::RunError;
 use crate::model::Logits;
 use crate::sampler::{self, Sampler};
 use crate::session::Session;
+use crate::spec::{SpecStats, Speculator};
 use crate::tokenizer::Tokenizer;
 
 /// Timing of one generation.
@@ -21,6 +23,8 @@ pub struct Stats {
     pub decoded: usize,
     /// Time for those.
     pub decode: Duration,
+    /// Speculative decoding's tallies (all zero without it).
+    pub spec: SpecStats,
 }
 
 impl Stats {
@@ -47,9 +51,10 @@ pub fn prefill(s: &mut Session, tokens: &[u32]) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Generates up to `max_tokens` after `prompt` (a new sequence). `on_token` sees each
-/// token (with the tokenizer, to decode it) as it comes and returns false to stop; generation also stops at an
-/// end-of-generation token (which is not passed on) unless `ignore_eos`.
+/// Generates up to `max_tokens` after `prompt` (a new sequence), speculatively where
+/// the session says so. `on_token` sees each token (with the tokenizer, to decode it) as
+/// it comes and returns false to stop; generation also stops at an end-of-generation
+/// token (which is not passed on) unless `ignore_eos`.
 pub fn generate(
     s: &mut Session,
     prompt: &[u32],
@@ -67,25 +72,34 @@ pub fn generate(
     let mut stats = Stats { prompt_tokens: prompt.len(), ..Stats::default() };
     let start = Instant::now();
     prefill(s, prompt)?;
-    let greedy = sampler.is_greedy();
     let mut history = prompt.to_vec();
-    let mut next = if greedy { s.model.argmax(1)?[0] } else { sampler.sample(&s.model.logits(1)?, &history) };
+    let mut generated = Vec::new();
+    let first = if sampler.is_greedy() {
+        s.model.argmax(1)?[0]
+    } else {
+        sampler.sample_with(&s.model.logits(1)?, &history, &[])
+    };
     stats.prefill = start.elapsed();
     let start = Instant::now();
-    for produced in 0..max_tokens {
-        if (!ignore_eos && s.tokenizer.is_eog(next)) || !on_token(&s.tokenizer, next) || produced + 1 == max_tokens {
+    let mut spec = Speculator::new(s.spec);
+    // Tokens computed but not yet passed on; the model has read all but the last.
+    let mut pending = VecDeque::from([first]);
+    while generated.len() < max_tokens
+        && let Some(token) = pending.pop_front()
+    {
+        if (!ignore_eos && s.tokenizer.is_eog(token)) || !on_token(&s.tokenizer, token) {
             break;
         }
-        history.push(next);
-        next = if greedy {
-            s.model.decode_greedy(next)?
-        } else {
-            s.model.forward(&[next], Logits::Last)?;
-            sampler.sample(&s.model.logits(1)?, &history)
-        };
-        stats.decoded += 1;
+        generated.push(token);
+        history.push(token);
+        if pending.is_empty() && generated.len() < max_tokens {
+            let new = spec.step(&mut s.model, s.draft.as_mut(), sampler, &history, &generated)?;
+            stats.decoded += new.len();
+            pending.extend(new);
+        }
     }
     stats.decode = start.elapsed();
+    stats.spec = spec.stats();
     Ok(stats)
 }
 

@@ -10,4 +10,5 @@ pub mod model;
 pub mod sampler;
 pub mod selftest;
 pub mod session;
+pub mod spec;
 pub mod tokenizer;

@@ -11,6 +11,11 @@ use rand::Rng;
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::SeedableRng;
 
+/// A probability distribution over token ids: (token, probability) pairs with positive
+/// probabilities summing to 1; what [`Sampler::distribution`] returns and speculative
+/// verification compares.
+pub type Dist = Vec<(u32, f64)>;
+
 /// Sampling settings; each filter has an "off" value so any subset of the chain can be used.
 #[derive(Clone, Debug)]
 pub struct SamplerConfig {
@@ -108,13 +113,76 @@ impl Sampler {
     /// the presence and frequency penalties). Returns 0 for empty logits rather than
     /// panicking.
     pub fn sample_with(&mut self, logits: &[f32], history: &[u32], generated: &[u32]) -> u32 {
+        match self.filter(logits, history, generated) {
+            Filtered::Empty => return 0,
+            Filtered::Pick(t) => return t,
+            Filtered::Cands => {}
+        }
+        let max = self.cands.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
+        let total: f64 = self.cands.iter().map(|c| weight(c.1, max)).sum();
+        let u = self.uniform();
+        let target = u * total;
+        let mut cum = 0.0;
+        let mut last = self.cands[0].0;
+        for c in self.cands.iter() {
+            let w = weight(c.1, max);
+            if w > 0.0 {
+                cum += w;
+                last = c.0;
+                if cum > target {
+                    return c.0;
+                }
+            }
+        }
+        // Only reachable through rounding at the very top of the range.
+        last
+    }
+
+    /// The distribution [`Sampler::sample_with`] draws from for the same inputs (same
+    /// penalties and filters), as (token, probability) pairs with probabilities > 0 summing
+    /// to 1, in the order the draw walks them. Speculative verification needs the target's
+    /// and the drafter's probabilities, not just a token; both come from the one filter
+    /// chain, so they cannot drift from `sample_with`. Greedy configs give a one-hot on the
+    /// token `sample_with` returns; empty logits give an empty distribution (whose
+    /// [`Sampler::draw`] is 0, as `sample_with`'s result). Consumes no randomness.
+    pub fn distribution(&mut self, logits: &[f32], history: &[u32], generated: &[u32]) -> Dist {
+        match self.filter(logits, history, generated) {
+            Filtered::Empty => Vec::new(),
+            Filtered::Pick(t) => vec![(t, 1.0)],
+            Filtered::Cands => {
+                let max = self.cands.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
+                let total: f64 = self.cands.iter().map(|c| weight(c.1, max)).sum();
+                self.cands.iter().map(|c| (c.0, weight(c.1, max) / total)).filter(|&(_, p)| p > 0.0).collect()
+            }
+        }
+    }
+
+    /// One uniform draw in [0, 1) (53 random bits) from this sampler's seeded RNG, the same
+    /// draw `sample_with` makes, so speculative verification's accept/reject coin flips are
+    /// reproducible from the seed too.
+    pub fn uniform(&mut self) -> f64 {
+        (self.rng.next_u64() >> 11) as f64 * (1.0 / (1_u64 << 53) as f64)
+    }
+
+    /// One token from a distribution such as [`Sampler::distribution`]'s, using one
+    /// [`Sampler::uniform`] draw; see [`draw_with`] for the rounding rules (never panics;
+    /// 0 for an empty distribution).
+    pub fn draw(&mut self, dist: &[(u32, f64)]) -> u32 {
+        let u = self.uniform();
+        draw_with(dist, u)
+    }
+
+    /// The filter chain shared by [`Sampler::sample_with`] and [`Sampler::distribution`]:
+    /// penalties, then either the greedy pick or top-k -> top-p -> min-p -> temperature,
+    /// leaving the survivors (with tempered logits, never empty) in `self.cands`.
+    fn filter(&mut self, logits: &[f32], history: &[u32], generated: &[u32]) -> Filtered {
         if logits.is_empty() {
-            return 0;
+            return Filtered::Empty;
         }
         let penalise = self.cfg.repeat_penalty != 1.0 && self.cfg.repeat_last_n > 0 && !history.is_empty();
         let openai = (self.cfg.presence_penalty != 0.0 || self.cfg.frequency_penalty != 0.0) && !generated.is_empty();
         if self.cfg.is_greedy() && !penalise && !openai {
-            return argmax(logits);
+            return Filtered::Pick(argmax(logits));
         }
 
         let cands = &mut self.cands;
@@ -149,7 +217,7 @@ impl Sampler {
         }
 
         if self.cfg.is_greedy() {
-            return best_of(cands);
+            return Filtered::Pick(best_of(cands));
         }
 
         let mut sorted = false;
@@ -192,27 +260,44 @@ impl Sampler {
         for c in cands.iter_mut() {
             c.1 /= t;
         }
+        Filtered::Cands
+    }
+}
 
-        let max = cands.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
-        let total: f64 = cands.iter().map(|c| weight(c.1, max)).sum();
-        // 53 random bits -> uniform in [0, 1).
-        let u = (self.rng.next_u64() >> 11) as f64 * (1.0 / (1_u64 << 53) as f64);
-        let target = u * total;
-        let mut cum = 0.0;
-        let mut last = cands[0].0;
-        for c in cands.iter() {
-            let w = weight(c.1, max);
-            if w > 0.0 {
-                cum += w;
-                last = c.0;
-                if cum > target {
-                    return c.0;
-                }
+/// What [`Sampler::filter`] left: nothing to choose from, a deterministic pick, or the
+/// surviving candidates (tempered logits) in the sampler's buffer.
+enum Filtered {
+    Empty,
+    Pick(u32),
+    Cands,
+}
+
+/// A token from a distribution given the uniform `u` in [0, 1): the first token whose
+/// cumulative probability exceeds `u` times the total, so unnormalised weights work too
+/// (speculative verification's residuals). Non-positive and non-finite entries are never
+/// drawn; if rounding leaves the sum short, the last positive token is returned; an empty
+/// (or all-zero) distribution gives 0, as [`Sampler::sample_with`] does for empty logits.
+pub fn draw_with(dist: &[(u32, f64)], u: f64) -> u32 {
+    let total: f64 = dist.iter().map(|&(_, p)| usable(p)).sum();
+    let target = u * total;
+    let mut cum = 0.0;
+    let mut last = 0;
+    for &(t, p) in dist {
+        let p = usable(p);
+        if p > 0.0 {
+            cum += p;
+            last = t;
+            if cum > target {
+                return t;
             }
         }
-        // Only reachable through rounding at the very top of the range.
-        last
     }
+    last
+}
+
+/// A probability as a weight: NaN, infinite or non-positive entries count as 0.
+pub(crate) fn usable(p: f64) -> f64 {
+    if p.is_finite() && p > 0.0 { p } else { 0.0 }
 }
 
 /// Greedy argmax with lowest index winning ties (same rule as the device argmax kernel).
@@ -508,6 +593,106 @@ mod tests {
         }
         assert_eq!(seen[0] + seen[1] + seen[2], 0);
         assert!(seen[3] > 300 && seen[4] > 300, "{seen:?}");
+    }
+
+    /// Settings that exercise every filter and penalty at once.
+    fn everything(seed: u64) -> SamplerConfig {
+        SamplerConfig {
+            temperature: 0.7,
+            top_k: 20,
+            top_p: 0.9,
+            min_p: 0.05,
+            repeat_penalty: 1.3,
+            repeat_last_n: 8,
+            presence_penalty: 0.5,
+            frequency_penalty: 0.2,
+            seed,
+        }
+    }
+
+    #[test]
+    fn greedy_distribution_is_one_hot_on_the_pick() {
+        let configs = [
+            SamplerConfig::greedy(),
+            SamplerConfig { repeat_penalty: 1.5, ..SamplerConfig::greedy() },
+            SamplerConfig { presence_penalty: 0.6, frequency_penalty: 0.3, ..SamplerConfig::greedy() },
+        ];
+        for c in configs {
+            let mut s = Sampler::new(c);
+            for salt in 0..20 {
+                let l = logits(300, salt);
+                let history: Vec<u32> = (0..10).map(|i| argmax(&logits(300, salt + i))).collect();
+                let pick = s.sample_with(&l, &history, &history[5..]);
+                assert_eq!(s.distribution(&l, &history, &history[5..]), vec![(pick, 1.0)]);
+            }
+        }
+        let mut s = Sampler::new(SamplerConfig::default());
+        assert!(s.distribution(&[], &[], &[]).is_empty());
+        assert_eq!(s.draw(&[]), 0, "as sample_with does for empty logits");
+    }
+
+    /// `distribution` is what `sample_with` draws from: it sums to 1 and, fed the same
+    /// uniform draw (same seed), `draw` picks exactly the token `sample_with` picks.
+    #[test]
+    fn distribution_is_what_sample_with_draws_from() {
+        let (mut a, mut b) = (Sampler::new(everything(5)), Sampler::new(everything(5)));
+        let mut history = vec![1_u32, 2, 3];
+        for step in 0..400 {
+            let l = logits(200, step % 7);
+            let generated = &history[3..];
+            let dist = b.distribution(&l, &history, generated);
+            let sum: f64 = dist.iter().map(|&(_, p)| p).sum();
+            assert!((sum - 1.0).abs() < 1e-9, "{sum}");
+            assert!(dist.iter().all(|&(_, p)| p > 0.0));
+            assert!(dist.len() <= 20, "top_k bounds the support");
+            let mut ids: Vec<u32> = dist.iter().map(|&(t, _)| t).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), dist.len(), "each token once");
+            let token = a.sample_with(&l, &history, generated);
+            assert_eq!(b.draw(&dist), token, "step {step}");
+            history.push(token);
+        }
+    }
+
+    /// `draw`'s frequencies against the distribution (loose chi-square bound, as above).
+    #[test]
+    fn draws_follow_the_distribution() {
+        let l = [1.0_f32, 2.0, 0.5, 3.0, -1.0, 2.5];
+        let mut s = Sampler::new(SamplerConfig { seed: 9, ..cfg(0.8, 0, 1.0, 0.0) });
+        let dist = s.distribution(&l, &[], &[]);
+        assert_eq!(dist.len(), 6);
+        let n = 20_000;
+        let mut counts = [0_usize; 6];
+        for _ in 0..n {
+            counts[s.draw(&dist) as usize] += 1;
+        }
+        let chi2: f64 = dist
+            .iter()
+            .map(|&(t, p)| {
+                let e = n as f64 * p;
+                (counts[t as usize] as f64 - e).powi(2) / e
+            })
+            .sum();
+        assert!(chi2 < 40.0, "chi2={chi2} counts={counts:?}");
+    }
+
+    #[test]
+    fn draw_is_robust() {
+        assert_eq!(draw_with(&[], 0.5), 0);
+        assert_eq!(draw_with(&[(4, 0.0), (5, -1.0)], 0.5), 0);
+        // NaN and infinite entries are never drawn; unnormalised weights are fine.
+        let d = [(1, f64::NAN), (2, 3.0), (3, f64::INFINITY), (4, 1.0)];
+        assert_eq!(draw_with(&d, 0.0), 2);
+        assert_eq!(draw_with(&d, 0.74), 2);
+        assert_eq!(draw_with(&d, 0.76), 4);
+        // A cumulative sum that falls short returns the last positive token.
+        assert_eq!(draw_with(&[(3, 0.5), (5, 0.5), (7, 0.0)], 1.0), 5);
+        let mut s = Sampler::new(SamplerConfig::default());
+        for _ in 0..1000 {
+            let u = s.uniform();
+            assert!((0.0..1.0).contains(&u), "{u}");
+        }
     }
 
     fn stops(v: &[&str]) -> StopMatcher {

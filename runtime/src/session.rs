@@ -20,6 +20,8 @@ use crate::backend::{Backend, DeviceInfo, RunError};
 use crate::kernels::Kernels;
 use crate::model::Model;
 use crate::selftest::{self, Outcome};
+use crate::spec::SpecConfig;
+use crate::spec::draft::DraftModel;
 use crate::tokenizer::Tokenizer;
 
 /// Which backend to run on.
@@ -65,6 +67,12 @@ pub struct OpenOptions {
     /// Int8-dot GEMVs, for kernels planned here: on the CPU, and when compiling into the
     /// cache (compiled artifacts carry their own choice).
     pub int8: Int8Dot,
+    /// Speculative decoding; its window must be compiled (`strata-compile --spec`).
+    pub spec: SpecConfig,
+    /// A draft model's pack for speculative decoding (else the n-gram drafter).
+    pub draft_pack: Option<PathBuf>,
+    /// The draft pack's compiled artifacts (compiled into the cache when absent).
+    pub draft_artifacts: Option<PathBuf>,
 }
 
 impl Default for OpenOptions {
@@ -78,6 +86,9 @@ impl Default for OpenOptions {
             deadline: Duration::from_secs(10),
             slots: 1,
             int8: Int8Dot::Auto,
+            spec: SpecConfig::OFF,
+            draft_pack: None,
+            draft_artifacts: None,
         }
     }
 }
@@ -108,6 +119,10 @@ pub struct Session {
     pub device: DeviceInfo,
     /// The artifacts in use (none on the CPU).
     pub artifacts: Option<Artifacts>,
+    /// Speculative decoding's settings.
+    pub spec: SpecConfig,
+    /// The draft model, where speculation uses one.
+    pub draft: Option<DraftModel>,
 }
 
 /// Opens the first backend `choice` allows.
@@ -141,9 +156,13 @@ pub fn prepare_device(
     let art = match &opts.artifacts {
         Some(dir) => artifacts::open(dir, pack, &device)?,
         None => {
-            artifacts::compile_for_device(pack, &device, Options { int8: opts.int8, ..Options::default() }, &mut |s| {
-                report(Event::Compile(s))
-            })?
+            let spec = opts.spec.window.max(Options::default().spec);
+            artifacts::compile_for_device(
+                pack,
+                &device,
+                Options { int8: opts.int8, spec, ..Options::default() },
+                &mut |s| report(Event::Compile(s)),
+            )?
         }
     };
     report(Event::Artifacts(&art.dir));
@@ -175,16 +194,42 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
     let device = backend.info();
     report(Event::Device(&device));
     let n_ctx = opts.ctx.unwrap_or(desc.context).max(1);
+    // One pass takes a prefill chunk or a verify window, whichever is wider.
+    let wanted = opts.prefill.max(opts.spec.window).max(1);
     let (kernels, window, art) = if device.backend == "cpu" {
         let target = Target::load("sm_90").map_err(|e| RunError::Other(e.to_string()))?;
-        (Kernels::planned(target, opts.int8), opts.prefill.max(1), None)
+        (Kernels::planned(target, opts.int8), wanted, None)
     } else {
         let art = prepare_device(&pack, backend.as_mut(), opts, report)?;
         let compiled = art.manifest.options.spec.clamp(1, MAX_WINDOW);
+        if opts.spec.window > compiled {
+            return Err(RunError::Other(format!(
+                "--spec {} needs verify windows of {} tokens; {} has them up to {compiled}: compile with strata-compile --spec {}",
+                opts.spec.window,
+                opts.spec.window,
+                art.dir.display(),
+                opts.spec.window
+            )));
+        }
         let kernels = Kernels::compiled(art.manifest.kernels.iter().map(|k| k.spec.clone()));
-        (kernels, opts.prefill.clamp(1, compiled), Some(art))
+        (kernels, wanted.min(compiled), Some(art))
     };
     let model =
         Model::load(&pack, backend, kernels, n_ctx, window, opts.slots, &mut |d, t| report(Event::Upload(d, t)))?;
-    Ok(Session { model, tokenizer: Arc::new(tokenizer), device, artifacts: art })
+    let draft = match &opts.draft_pack {
+        Some(path) if opts.spec.enabled() => {
+            let draft_opts = OpenOptions {
+                artifacts: opts.draft_artifacts.clone(),
+                ctx: Some(n_ctx),
+                spec: SpecConfig::OFF,
+                draft_pack: None,
+                draft_artifacts: None,
+                ..opts.clone()
+            };
+            let drafter = open(path, &draft_opts, report).map_err(|e| RunError::Other(format!("draft pack: {e}")))?;
+            Some(DraftModel::new(drafter, &tokenizer, opts.slots)?)
+        }
+        _ => None,
+    };
+    Ok(Session { model, tokenizer: Arc::new(tokenizer), device, artifacts: art, spec: opts.spec, draft })
 }

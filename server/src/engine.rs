@@ -1,6 +1,8 @@
 //! The engine: one thread owns the model and serves up to `slots` sequences at once, one
 //! token per sequence per turn (a fair round robin), with a first-come queue beyond
-//! that. A request whose client went away is dropped before its next token.
+//! that. A request whose client went away is dropped before its next token. With
+//! speculative decoding a step may yield several tokens; they are passed on one a turn
+//! before the next step.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use strata_runtime::generate;
 use strata_runtime::model::Logits;
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher, top_k};
 use strata_runtime::session::Session;
+use strata_runtime::spec::Speculator;
 use strata_runtime::tokenizer::StreamDecoder;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -95,8 +98,11 @@ struct Active {
     /// Prompt and generated tokens.
     history: Vec<u32>,
     generated: Vec<u32>,
-    /// The next token, computed but not yet reported.
-    next: Option<(u32, Option<TokenLogprob>)>,
+    /// Tokens computed but not yet reported (the model has read all but the last);
+    /// empty before the prompt is read.
+    pending: VecDeque<(u32, Option<TokenLogprob>)>,
+    /// This sequence's speculative decoder.
+    spec: Speculator,
     started: Instant,
     /// The closing event, sent once the request has left its slot (so that a client
     /// that has seen the end also sees it in /metrics).
@@ -104,14 +110,15 @@ struct Active {
 }
 
 impl Active {
-    fn new(job: Job) -> Active {
+    fn new(job: Job, spec: Speculator) -> Active {
         Active {
             sampler: Sampler::new(job.sampler.clone()),
             decoder: StreamDecoder::new(),
             stops: StopMatcher::new(job.stop.clone()),
             history: job.prompt.clone(),
             generated: Vec::new(),
-            next: None,
+            pending: VecDeque::new(),
+            spec,
             started: Instant::now(),
             done: None,
             job,
@@ -150,7 +157,7 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
         for slot in slots.iter_mut().filter(|s| s.is_none()) {
             while let Some(job) = waiting.pop_front() {
                 if !job.events.is_closed() {
-                    *slot = Some(Active::new(job));
+                    *slot = Some(Active::new(job, Speculator::new(s.spec)));
                     break;
                 }
             }
@@ -183,10 +190,11 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
         return Ok(true); // the client went away
     }
     s.model.select(slot)?;
-    let Some((token, logprob)) = a.next.take() else {
+    let Some((token, logprob)) = a.pending.pop_front() else {
         s.model.reset();
         generate::prefill(s, &a.job.prompt)?;
-        a.next = Some(pick(s, a)?);
+        let first = pick(s, a)?;
+        a.pending.push_back(first);
         metrics.prompt_tokens(a.job.prompt.len(), a.started.elapsed());
         return Ok(false);
     };
@@ -206,7 +214,8 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
         a.finish(Finish::Stop);
         return Ok(true);
     }
-    if a.generated.len() >= a.job.max_tokens || s.model.pos() >= s.model.n_ctx() {
+    let full = a.pending.is_empty() && s.model.pos() >= s.model.n_ctx();
+    if a.generated.len() >= a.job.max_tokens || full {
         let rest = a.decoder.finish();
         if !rest.is_empty() {
             let (text, _) = a.stops.push(&rest);
@@ -215,12 +224,19 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
         a.finish(Finish::Length);
         return Ok(true);
     }
-    if a.sampler.is_greedy() && a.job.logprobs.is_none() {
-        let next = s.model.decode_greedy(token)?;
-        a.next = Some((next, None));
+    if !a.pending.is_empty() {
+        return Ok(false);
+    }
+    if a.job.logprobs.is_none() {
+        let before = a.spec.stats();
+        let new = a.spec.step(&mut s.model, s.draft.as_mut(), &mut a.sampler, &a.history, &a.generated)?;
+        metrics.spec(a.spec.stats().since(before));
+        a.pending.extend(new.into_iter().map(|t| (t, None)));
     } else {
+        // Log-probabilities are reported from each token's own logits: no speculation.
         s.model.forward(&[token], Logits::Last)?;
-        a.next = Some(pick(s, a)?);
+        let next = pick(s, a)?;
+        a.pending.push_back(next);
     }
     Ok(false)
 }

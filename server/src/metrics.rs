@@ -4,6 +4,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use strata_runtime::spec::SpecStats;
+
 /// What the server has done so far.
 #[derive(Default)]
 pub struct Metrics {
@@ -11,6 +13,9 @@ pub struct Metrics {
     completion_tokens: AtomicU64,
     requests: AtomicU64,
     running: AtomicUsize,
+    spec_verified: AtomicU64,
+    spec_drafted: AtomicU64,
+    spec_accepted: AtomicU64,
     waiting: AtomicUsize,
     /// Completion tokens in the last few seconds, for a current decode rate.
     recent: Mutex<Vec<Instant>>,
@@ -40,6 +45,13 @@ impl Metrics {
         }
     }
 
+    /// A speculative step's tallies.
+    pub fn spec(&self, step: SpecStats) {
+        self.spec_verified.fetch_add(step.verified, Ordering::Relaxed);
+        self.spec_drafted.fetch_add(step.drafted, Ordering::Relaxed);
+        self.spec_accepted.fetch_add(step.accepted, Ordering::Relaxed);
+    }
+
     /// Requests in slots and in the queue.
     pub fn set_load(&self, running: usize, waiting: usize) {
         self.running.store(running, Ordering::Relaxed);
@@ -66,6 +78,27 @@ impl Metrics {
             "gauge",
             "Tokens generated per second over the last 5 s.",
             format!("{rate:.3}"),
+        );
+        let (verified, drafted, accepted) = (
+            self.spec_verified.load(Ordering::Relaxed),
+            self.spec_drafted.load(Ordering::Relaxed),
+            self.spec_accepted.load(Ordering::Relaxed),
+        );
+        metric("spec_verify_passes_total", "counter", "Speculative verify passes.", verified.to_string());
+        metric("spec_draft_tokens_total", "counter", "Draft tokens proposed to verify passes.", drafted.to_string());
+        metric("spec_accepted_tokens_total", "counter", "Draft tokens accepted.", accepted.to_string());
+        let ratio = SpecStats { verified, drafted, accepted };
+        metric(
+            "spec_acceptance_ratio",
+            "gauge",
+            "Accepted over proposed draft tokens since start.",
+            format!("{:.4}", ratio.acceptance()),
+        );
+        metric(
+            "spec_mean_accepted_length",
+            "gauge",
+            "Draft tokens accepted per verify pass since start.",
+            format!("{:.4}", ratio.mean_accepted()),
         );
         metric("requests_running", "gauge", "Requests in a slot.", self.running.load(Ordering::Relaxed).to_string());
         metric(

@@ -16,6 +16,7 @@ use strata_runtime::chat::{self, Message};
 use strata_runtime::generate;
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher};
 use strata_runtime::session::{self, BackendChoice, Event, OpenOptions, SelfTest, Session};
+use strata_runtime::spec::SpecConfig;
 use strata_runtime::tokenizer::StreamDecoder;
 
 #[derive(Parser)]
@@ -102,6 +103,11 @@ enum Command {
         /// GB/s, and % of the copy bandwidth measured in the same run.
         #[arg(long)]
         kernels: bool,
+        /// With --kernels: also time every compiled verify window T of each GEMV shape
+        /// (`strata-compile --spec`) and print, per shape, time, time per token and the
+        /// ratio to T=1.
+        #[arg(long, requires = "kernels")]
+        windows: bool,
         /// A llama.cpp `llama-bench` binary: also measure llama.cpp on the same pack and
         /// print the ratios.
         #[arg(long, value_name = "PATH")]
@@ -159,6 +165,23 @@ struct OpenArgs {
     /// auto, always or never (see strata-compile --int8).
     #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<Int8Dot>())]
     int8: Int8Dot,
+    /// Speculative decoding with verify windows of T tokens (2 to 16; 0 or 1: off):
+    /// up to T-1 drafted tokens are checked in one pass. GPU artifacts need
+    /// `strata-compile --spec T` or more.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
+    spec: u32,
+    /// The n-gram drafter's longest suffix matched in the text so far (down to 2).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=64))]
+    spec_ngram: u64,
+    /// Most tokens drafted a step (default T-1); the draft length adapts below it.
+    #[arg(long)]
+    spec_draft_max: Option<usize>,
+    /// Draft with this pack (same vocabulary) instead of n-gram lookup.
+    #[arg(long, value_name = "PACK")]
+    draft_pack: Option<PathBuf>,
+    /// The draft pack's compiled artifacts (default: compiled into the cache).
+    #[arg(long, value_name = "DIR")]
+    draft_artifacts: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -211,6 +234,9 @@ fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOption
         deadline: Duration::from_secs_f64(args.deadline.max(0.001)),
         slots,
         int8: args.int8,
+        spec: SpecConfig { window: args.spec, ngram: args.spec_ngram as usize, draft_max: args.spec_draft_max },
+        draft_pack: args.draft_pack.clone(),
+        draft_artifacts: args.draft_artifacts.clone(),
     }
 }
 
@@ -331,6 +357,19 @@ fn run(cli: Cli) -> Result<()> {
                 stats.decode_rate(),
                 s.device.name
             );
+            if s.spec.enabled() {
+                let sp = stats.spec;
+                eprintln!(
+                    "strata-run: speculative (window {}, {} drafter): {} verify passes, {} of {} drafts accepted ({:.1}%), {:.2} accepted a pass",
+                    s.spec.window,
+                    if s.draft.is_some() { "draft-model" } else { "n-gram" },
+                    sp.verified,
+                    sp.accepted,
+                    sp.drafted,
+                    100.0 * sp.acceptance(),
+                    sp.mean_accepted()
+                );
+            }
             Ok(())
         }
         Command::Score { open: o, prompt, top_k, json: _ } => {
@@ -350,7 +389,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("perplexity {ppl:.4} over {scored} tokens (windows of {window})");
             Ok(())
         }
-        Command::Bench { open: o, prompt_tokens, gen_tokens, reps, kernels, llama_bench } => {
+        Command::Bench { open: o, prompt_tokens, gen_tokens, reps, kernels, windows, llama_bench } => {
             let mut s = open(&o, SelfTest::Auto, false, 1)?;
             let (pp, tg) = generate::bench(&mut s, prompt_tokens, gen_tokens, reps)?;
             println!(
@@ -360,7 +399,9 @@ fn run(cli: Cli) -> Result<()> {
             );
             if kernels {
                 // After the passes above, so that kernels planned on demand (CPU) are known.
-                print_kernel_report(&s.model.bench_kernels(100)?);
+                let report = s.model.bench_kernels_with(100, windows)?;
+                print_kernel_report(&report);
+                print_window_report(&report);
             }
             if let Some(binary) = llama_bench {
                 drop(s); // llama.cpp gets the whole device
@@ -412,5 +453,34 @@ fn print_kernel_report(r: &strata_runtime::model::KernelReport) {
     for k in &r.kernels {
         let gbs = k.bytes as f64 / k.seconds / 1e9;
         println!("{:<40} {:>12} {:>10.2} {:>9.0} {:>6.1}%", k.name, k.bytes, k.seconds * 1e6, gbs, 100.0 * gbs / copy);
+    }
+}
+
+/// The verify-window tables of `strata-run bench --kernels --windows`: one per GEMV shape,
+/// rows indented so that scripts matching the per-kernel table's `^gemv_` lines skip them.
+fn print_window_report(r: &strata_runtime::model::KernelReport) {
+    if r.windows.is_empty() {
+        return;
+    }
+    println!();
+    println!("verify windows: each GEMV shape at every compiled window T (weights read once a launch)");
+    for s in &r.windows {
+        let one = s.timings.iter().find(|k| k.window == 1).map(|k| k.seconds);
+        println!();
+        println!("  {} ({} rows x {} cols, {})", s.base, s.rows, s.cols, s.quant);
+        println!("  {:<40} {:>3} {:>10} {:>10} {:>7} {:>7}", "kernel", "T", "time (us)", "us/token", "x T=1", "GB/s");
+        for k in &s.timings {
+            let ratio = one.map_or(f64::NAN, |t| k.seconds / t);
+            let mark = if k.window == 8 { "  <- T=8 (goal <= 1.25x)" } else { "" };
+            println!(
+                "  {:<40} {:>3} {:>10.2} {:>10.2} {:>6.2}x {:>7.0}{mark}",
+                s.base,
+                k.window,
+                k.seconds * 1e6,
+                k.seconds * 1e6 / f64::from(k.window),
+                ratio,
+                k.bytes as f64 / k.seconds / 1e9
+            );
+        }
     }
 }

@@ -5,15 +5,19 @@
 //! every launch reads its matrix from memory, as a decode step does. The launches of one
 //! kernel are captured as one graph and replayed, so the host's launch rate does not
 //! limit the figure; what remains between kernels is the device's own launch gap.
+//!
+//! With windows, every compiled window T of each GEMV is timed too (the speculative
+//! verify windows): one launch reads the weights once for T input columns, so the time
+//! per token should fall almost as 1/T while the weights dominate the bytes.
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use strata_compiler::plan::{KernelSpec, Op, Tuning};
-use strata_compiler::quant::{random_blocks, random_floats};
+use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Op, Tuning};
+use strata_compiler::quant::{GgmlType, random_blocks, random_floats};
 
 use super::Model;
 use crate::backend::cpu::quantize_q8;
-use crate::backend::{Arg, RunError};
+use crate::backend::{Arg, BufferId, RunError};
 
 /// Bytes of weight copies cycled through: above the largest last-level cache of the
 /// shipped targets (MI300's 256 MiB Infinity Cache; the H200's L2 is 50 MiB).
@@ -26,10 +30,28 @@ const COPY_BYTES: usize = 256 << 20;
 pub struct KernelTiming {
     /// Kernel name.
     pub name: String,
-    /// Bytes it reads and writes per launch.
+    /// Tokens (input columns) per launch: a GEMV's window; 1 for other kernels.
+    pub window: u32,
+    /// Bytes it reads and writes per launch: for a GEMV its weights once, `window`
+    /// input columns and `window` output columns.
     pub bytes: u64,
     /// Seconds per launch.
     pub seconds: f64,
+}
+
+/// One GEMV shape timed at every window compiled for it (speculative verify windows).
+#[derive(Clone, Debug)]
+pub struct WindowSweep {
+    /// The shape's window-1 kernel name (`gemv_<type>_<rows>x<cols>`).
+    pub base: String,
+    /// Weight type.
+    pub quant: GgmlType,
+    /// Output rows.
+    pub rows: u32,
+    /// Row length.
+    pub cols: u32,
+    /// One entry per window, ascending (window 1 where it is compiled).
+    pub timings: Vec<KernelTiming>,
 }
 
 /// Kernel figures and the reference they are judged by.
@@ -39,27 +61,144 @@ pub struct KernelReport {
     pub copy_bytes_per_s: f64,
     /// One entry per single-token product (and its input quantizer), by name.
     pub kernels: Vec<KernelTiming>,
+    /// With windows ([`Model::bench_kernels_with`]): every GEMV shape that has windows
+    /// above 1, by base name; empty otherwise.
+    pub windows: Vec<WindowSweep>,
+}
+
+/// GEMV shape: weight type, rows, row length.
+type Shape = (GgmlType, u32, u32);
+
+/// Where GEMVs read their weights: `copies` copies of one matrix, `stride` bytes apart,
+/// in one pool shared by every shape (the backend cannot free, so it is allocated once,
+/// for the largest), refilled when the shape changes (the specs come sorted by shape).
+struct Rotation {
+    pool: BufferId,
+    /// Largest window timed per shape, which its input and output buffers are sized for.
+    largest: Vec<(Shape, u32)>,
+    filled: Option<Filled>,
+}
+
+/// The shape in the pool and its buffers.
+struct Filled {
+    shape: Shape,
+    w_bytes: usize,
+    stride: usize,
+    copies: usize,
+    /// Float input, int8 quants, their (scale, sum) pairs, output.
+    x: BufferId,
+    xq: BufferId,
+    xd: BufferId,
+    y: BufferId,
+}
+
+/// Weight bytes, stride and copies of the rotation for one shape.
+fn rotation_layout(quant: GgmlType, rows: u32, cols: u32) -> (usize, usize, usize) {
+    let w_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0) as usize * rows as usize;
+    let stride = w_bytes.next_multiple_of(256);
+    (w_bytes, stride, ROTATION_BYTES.div_ceil(stride.max(1)).max(2))
+}
+
+/// Kernels of one GEMV shape sort together, window 1 first; other kernels by name.
+fn bench_order(spec: &KernelSpec) -> (String, u32) {
+    match spec.op {
+        Op::Gemv { quant, rows, cols, window } => (Op::Gemv { quant, rows, cols, window: 1 }.kernel_name(), window),
+        _ => (spec.name.clone(), 1),
+    }
 }
 
 impl Model {
     /// Times every single-token GEMV of this model (and the int8 input quantizers) with
     /// `reps` launches each, and the device's copy bandwidth.
     pub fn bench_kernels(&mut self, reps: usize) -> Result<KernelReport, RunError> {
+        self.bench_kernels_with(reps, false)
+    }
+
+    /// As [`Model::bench_kernels`]; with `windows`, also every other window of each
+    /// GEMV (the speculative verify windows `--spec` compiles; where kernels are planned
+    /// on demand, windows 1 to the largest `--spec` of each shape that has one above 1).
+    /// A shape's weights are made once and read by all its windows.
+    pub fn bench_kernels_with(&mut self, reps: usize, windows: bool) -> Result<KernelReport, RunError> {
         let reps = reps.max(1);
+        if windows {
+            self.plan_windows()?;
+        }
         let mut specs: Vec<KernelSpec> = self
             .kernels
             .specs()
-            .filter(|k| matches!(k.op, Op::Gemv { window: 1, .. } | Op::QuantizeQ8 { .. }))
+            .filter(|k| match k.op {
+                Op::Gemv { window, .. } => window == 1 || windows,
+                Op::QuantizeQ8 { .. } => true,
+                _ => false,
+            })
             .cloned()
             .collect();
-        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        specs.sort_by_cached_key(bench_order);
         let copy_bytes_per_s = self.copy_bandwidth(reps)?;
+        let mut rotation = self.rotation(&specs)?;
         let mut kernels = Vec::with_capacity(specs.len());
+        let mut sweeps: Vec<WindowSweep> = Vec::new();
         let mut rng = ChaCha8Rng::seed_from_u64(0xbe7c);
         for spec in &specs {
-            kernels.push(self.time_kernel(spec, reps, &mut rng)?);
+            let timing = self.time_kernel(spec, reps, &mut rng, rotation.as_mut())?;
+            if let Op::Gemv { quant, rows, cols, .. } = spec.op {
+                let base = bench_order(spec).0;
+                match sweeps.last_mut() {
+                    Some(s) if s.base == base => s.timings.push(timing.clone()),
+                    _ => sweeps.push(WindowSweep { base, quant, rows, cols, timings: vec![timing.clone()] }),
+                }
+            }
+            if timing.window == 1 {
+                kernels.push(timing);
+            }
         }
-        Ok(KernelReport { copy_bytes_per_s, kernels })
+        sweeps.retain(|s| s.timings.iter().any(|k| k.window > 1));
+        Ok(KernelReport { copy_bytes_per_s, kernels, windows: sweeps })
+    }
+
+    /// Where kernels are planned on demand (CPU), plans windows 1 to [`MAX_WINDOW`] of
+    /// every GEMV shape that has a window above 1 (a per-tensor product, not a fused
+    /// single-token one); compiled artifacts are left as they are.
+    fn plan_windows(&mut self) -> Result<(), RunError> {
+        let mut shapes: Vec<Shape> = self
+            .kernels
+            .specs()
+            .filter_map(|k| match k.op {
+                Op::Gemv { quant, rows, cols, window } if window > 1 => Some((quant, rows, cols)),
+                _ => None,
+            })
+            .collect();
+        shapes.sort();
+        shapes.dedup();
+        for (quant, rows, cols) in shapes {
+            for window in 1..=MAX_WINDOW {
+                let op = Op::Gemv { quant, rows, cols, window };
+                if self.kernels.has(&op) {
+                    self.kernels.get(&op)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One weight pool for the largest GEMV among `specs` (none without GEMVs).
+    fn rotation(&mut self, specs: &[KernelSpec]) -> Result<Option<Rotation>, RunError> {
+        let mut largest: Vec<(Shape, u32)> = Vec::new();
+        let mut pool_bytes = 0;
+        for spec in specs {
+            if let Op::Gemv { quant, rows, cols, window } = spec.op {
+                let (_, stride, copies) = rotation_layout(quant, rows, cols);
+                pool_bytes = pool_bytes.max(stride * copies);
+                match largest.iter_mut().find(|(s, _)| *s == (quant, rows, cols)) {
+                    Some((_, w)) => *w = (*w).max(window),
+                    None => largest.push(((quant, rows, cols), window)),
+                }
+            }
+        }
+        if largest.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Rotation { pool: self.backend.alloc(pool_bytes)?, largest, filled: None }))
     }
 
     fn copy_bandwidth(&mut self, reps: usize) -> Result<f64, RunError> {
@@ -75,52 +214,74 @@ impl Model {
         Ok((2 * COPY_BYTES * reps) as f64 / seconds)
     }
 
-    fn time_kernel(&mut self, spec: &KernelSpec, reps: usize, rng: &mut ChaCha8Rng) -> Result<KernelTiming, RunError> {
-        let b = &mut self.backend;
-        let (args, bytes): (Vec<Vec<(&str, Arg)>>, u64) = match spec.op {
-            Op::Gemv { quant, rows, cols, window } => {
-                let w_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0) as usize * rows as usize;
-                let mut host = vec![0u8; w_bytes];
-                random_blocks(quant, rng, &mut host, 0.05).map_err(|e| RunError::Other(e.to_string()))?;
-                let stride = w_bytes.next_multiple_of(256);
-                let copies = ROTATION_BYTES.div_ceil(stride).max(2);
-                let pool = b.alloc(stride * copies)?;
-                for c in 0..copies {
-                    b.write(pool, c * stride, &host)?;
-                }
+    /// The rotation filled with random weights of `shape` (once per shape), with input
+    /// and output buffers for its largest window.
+    fn fill<'r>(&mut self, r: &'r mut Rotation, shape: Shape, rng: &mut ChaCha8Rng) -> Result<&'r Filled, RunError> {
+        if r.filled.as_ref().is_none_or(|f| f.shape != shape) {
+            let (quant, rows, cols) = shape;
+            let (w_bytes, stride, copies) = rotation_layout(quant, rows, cols);
+            let mut host = vec![0u8; w_bytes];
+            random_blocks(quant, rng, &mut host, 0.05).map_err(|e| RunError::Other(e.to_string()))?;
+            let b = &mut self.backend;
+            for c in 0..copies {
+                b.write(r.pool, c * stride, &host)?;
+            }
+            let largest = r.largest.iter().find(|(s, _)| *s == shape).map_or(1, |(_, w)| *w) as usize;
+            let (n, m) = (largest * cols as usize, largest * rows as usize);
+            // Floats, int8 quants (a byte each) and a (scale, sum) pair of floats per 32.
+            let (x, xq, xd, y) = (b.alloc(n * 4)?, b.alloc(n)?, b.alloc(n / 32 * 8)?, b.alloc(m * 4)?);
+            r.filled = Some(Filled { shape, w_bytes, stride, copies, x, xq, xd, y });
+        }
+        r.filled.as_ref().ok_or_else(|| RunError::Other("weight rotation not filled".into()))
+    }
+
+    fn time_kernel(
+        &mut self,
+        spec: &KernelSpec,
+        reps: usize,
+        rng: &mut ChaCha8Rng,
+        rotation: Option<&mut Rotation>,
+    ) -> Result<KernelTiming, RunError> {
+        let (args, bytes, window): (Vec<Vec<(&str, Arg)>>, u64, u32) = match (spec.op.clone(), rotation) {
+            (Op::Gemv { quant, rows, cols, window }, Some(r)) => {
+                let pool = r.pool;
+                let f = self.fill(r, (quant, rows, cols), rng)?;
+                let b = &mut self.backend;
+                // Window T reads T input columns: T rows of `cols` floats, or their int8
+                // quants (quantized per 32-element chunk, so T rows quantize as one).
                 let x = random_floats(rng, (window * cols) as usize, 1.0);
-                let y = b.alloc((window * rows) as usize * 4)?;
                 let (inputs, in_bytes) = if matches!(spec.tuning, Tuning::GemvQ8(_)) {
                     let (xq, xd) = quantize_q8(&x);
-                    let (q, d) = (b.alloc(xq.len())?, b.alloc(xd.len() * 4)?);
-                    b.write(q, 0, &xq)?;
-                    b.write(d, 0, &xd.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
-                    (vec![("xq", Arg::Buf(q, 0)), ("xd", Arg::Buf(d, 0))], xq.len() + xd.len() * 4)
+                    b.write(f.xq, 0, &xq)?;
+                    b.write(f.xd, 0, &xd.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
+                    (vec![("xq", Arg::Buf(f.xq, 0)), ("xd", Arg::Buf(f.xd, 0))], xq.len() + xd.len() * 4)
                 } else {
-                    let buf = b.alloc(x.len() * 4)?;
-                    b.write(buf, 0, &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
-                    (vec![("x", Arg::Buf(buf, 0))], x.len() * 4)
+                    b.write(f.x, 0, &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
+                    (vec![("x", Arg::Buf(f.x, 0))], x.len() * 4)
                 };
-                let args = (0..copies)
+                let args = (0..f.copies)
                     .map(|c| {
-                        let mut a = vec![("w", Arg::Buf(pool, c * stride)), ("y", Arg::Buf(y, 0))];
+                        let mut a = vec![("w", Arg::Buf(pool, c * f.stride)), ("y", Arg::Buf(f.y, 0))];
                         a.extend(inputs.iter().copied());
                         a
                     })
                     .collect();
-                (args, (w_bytes + in_bytes + (window * rows) as usize * 4) as u64)
+                // The weights once, `window` input columns and `window` output columns.
+                (args, (f.w_bytes + in_bytes + (window * rows) as usize * 4) as u64, window)
             }
-            Op::QuantizeQ8 { cols } => {
+            (Op::QuantizeQ8 { cols }, _) => {
+                let b = &mut self.backend;
                 let x = random_floats(rng, cols as usize, 1.0);
                 // Per 32 floats: 32 quants and a (scale, sum) pair of floats.
                 let (xb, q, d) = (b.alloc(x.len() * 4)?, b.alloc(x.len())?, b.alloc(x.len() / 4)?);
                 b.write(xb, 0, &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
                 let a =
                     vec![("x", Arg::Buf(xb, 0)), ("xq", Arg::Buf(q, 0)), ("xd", Arg::Buf(d, 0)), ("rows", Arg::U32(1))];
-                (vec![a], (x.len() * 4 + x.len() + x.len() / 4) as u64)
+                (vec![a], (x.len() * 4 + x.len() + x.len() / 4) as u64, 1)
             }
             _ => return Err(RunError::Other(format!("kernel {}: no benchmark for this op", spec.name))),
         };
+        let b = &mut self.backend;
         b.begin_capture()?;
         let queued = (0..reps).try_for_each(|i| b.call(spec, &args[i % args.len()]));
         let graph = b.end_capture();
@@ -131,6 +292,6 @@ impl Model {
         b.replay(graph)?;
         let end = b.mark()?;
         let seconds = b.seconds(start, end)? / reps as f64;
-        Ok(KernelTiming { name: spec.name.clone(), bytes, seconds })
+        Ok(KernelTiming { name: spec.name.clone(), window, bytes, seconds })
     }
 }

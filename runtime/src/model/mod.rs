@@ -2,12 +2,15 @@
 //! f16 KV cache, and a forward pass over windows of tokens built from plan records.
 //!
 //! Every step is a sequence of kernel calls on the backend; the host only writes token
-//! ids and the position, and reads what it asked for (logits or the argmax token). A
-//! decode step of one token is captured once and replayed (a CUDA graph on CUDA).
+//! ids and the position, and reads what it asked for (logits or the argmax tokens). A
+//! decode step of one token, and a verify window of `t` tokens, is captured once per
+//! slot and replayed (a CUDA graph on CUDA).
 
 mod kernel_bench;
 mod rope;
 mod upload;
+
+use std::collections::HashMap;
 
 pub use kernel_bench::{KernelReport, KernelTiming};
 
@@ -111,8 +114,9 @@ pub struct Model {
     slot: usize,
     /// Per slot: tokens in its KV cache.
     pos: Vec<u32>,
-    /// Per slot: the captured one-token decode step (it bakes in the slot's caches).
-    decode_graph: Vec<Option<GraphId>>,
+    /// Captured steps by (slot, tokens, with argmax): a step bakes in its slot's caches
+    /// and its window size.
+    graphs: HashMap<(usize, u32, bool), GraphId>,
     /// The (slot, token) in `next[0]` on the device, as last read back.
     on_device: Option<(usize, u32)>,
 }
@@ -227,7 +231,7 @@ impl Model {
             caches,
             slot: 0,
             pos: vec![0; slots],
-            decode_graph: vec![None; slots],
+            graphs: HashMap::new(),
             on_device: None,
         })
     }
@@ -240,6 +244,11 @@ impl Model {
     /// Tokens in the current slot's KV cache.
     pub fn pos(&self) -> u32 {
         self.pos[self.slot]
+    }
+
+    /// The slot forward passes run on.
+    pub fn slot(&self) -> usize {
+        self.slot
     }
 
     /// Sequence slots (KV caches).
@@ -271,23 +280,45 @@ impl Model {
         self.pos[self.slot] = 0;
     }
 
-    /// Runs `tokens` (at most [`Model::window`]) at the next positions and leaves the
-    /// asked-for logits in the logits buffer.
-    pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<(), RunError> {
-        let t = tokens.len() as u32;
+    /// Forgets the current slot's positions from `pos` on (the KV entries of rejected
+    /// draft tokens); later passes overwrite them.
+    pub fn rewind(&mut self, pos: u32) -> Result<(), RunError> {
+        let now = self.pos[self.slot];
+        if pos > now {
+            return Err(RunError::Other(format!("cannot rewind to position {pos}: the sequence holds {now}")));
+        }
+        self.pos[self.slot] = pos;
+        Ok(())
+    }
+
+    /// Checks that `t` tokens fit one pass and the context, returning `t`.
+    fn room(&self, t: usize) -> Result<u32, RunError> {
+        let pos = self.pos[self.slot];
+        let t = u32::try_from(t).unwrap_or(u32::MAX);
         if t == 0 || t > self.window {
             return Err(RunError::Other(format!("a forward pass takes 1 to {} tokens, not {t}", self.window)));
         }
-        let pos = self.pos[self.slot];
-        if pos + t > self.n_ctx {
+        if pos.saturating_add(t) > self.n_ctx {
             return Err(RunError::Other(format!(
                 "the context is full: {pos} + {t} tokens exceed --ctx {}",
                 self.n_ctx
             )));
         }
+        Ok(t)
+    }
+
+    /// Writes `tokens` and the slot's position for the next pass.
+    fn upload_ids(&mut self, tokens: &[u32]) -> Result<(), RunError> {
         let ids: Vec<u8> = tokens.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
         self.backend.write(self.s.ids, 0, &ids)?;
-        self.backend.write(self.s.pos, 0, &(pos as i32).to_le_bytes())?;
+        self.backend.write(self.s.pos, 0, &(self.pos[self.slot] as i32).to_le_bytes())
+    }
+
+    /// Runs `tokens` (at most [`Model::window`]) at the next positions and leaves the
+    /// asked-for logits in the logits buffer.
+    pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<(), RunError> {
+        let t = self.room(tokens.len())?;
+        self.upload_ids(tokens)?;
         self.enqueue(self.s.ids, t, logits)?;
         self.pos[self.slot] += t;
         Ok(())
@@ -296,35 +327,73 @@ impl Model {
     /// Decodes one token and returns the greedy next token, reading back only its id.
     /// The step is captured on first use and replayed after.
     pub fn decode_greedy(&mut self, token: u32) -> Result<u32, RunError> {
-        let (slot, pos) = (self.slot, self.pos[self.slot]);
-        if pos >= self.n_ctx {
-            return Err(RunError::Other(format!("the context is full: {pos} tokens (--ctx {})", self.n_ctx)));
-        }
+        let slot = self.slot;
+        self.room(1)?;
         // The step reads its token from where the last argmax left it: when it is that
         // token (greedy decoding), only the position travels to the device.
         if self.on_device != Some((slot, token)) {
             self.backend.write(self.s.next, 0, &(token as i32).to_le_bytes())?;
         }
-        self.backend.write(self.s.pos, 0, &(pos as i32).to_le_bytes())?;
-        let graph = match self.decode_graph[slot] {
-            Some(g) => g,
-            None => {
-                self.backend.begin_capture()?;
-                let queued = self.enqueue(self.s.next, 1, Logits::Last).and_then(|()| self.enqueue_argmax(1));
-                let graph = self.backend.end_capture();
-                queued?;
-                let g = graph?;
-                self.decode_graph[slot] = Some(g);
-                g
-            }
-        };
-        self.backend.replay(graph)?;
+        self.backend.write(self.s.pos, 0, &(self.pos[slot] as i32).to_le_bytes())?;
+        self.replay_step(1, true)?;
         self.pos[slot] += 1;
         let mut out = [0u8; 4];
         self.backend.read(self.s.next, 0, &mut out)?;
         let next = i32::from_le_bytes(out) as u32;
         self.on_device = Some((slot, next));
         Ok(next)
+    }
+
+    /// Runs a verify window (`tokens` at the next positions, in one pass of window
+    /// GEMVs) and returns the greedy token after each of them, reading back only the
+    /// ids. Row `i` is computed exactly as decoding `tokens[i]` alone would compute it.
+    pub fn verify_greedy(&mut self, tokens: &[u32]) -> Result<Vec<u32>, RunError> {
+        if let [token] = tokens {
+            return Ok(vec![self.decode_greedy(*token)?]);
+        }
+        let t = self.room(tokens.len())?;
+        self.upload_ids(tokens)?;
+        self.replay_step(t, true)?;
+        self.pos[self.slot] += t;
+        let mut out = vec![0u8; tokens.len() * 4];
+        self.backend.read(self.s.next, 0, &mut out)?;
+        let ids: Vec<u32> = out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect();
+        self.on_device = ids.first().map(|&id| (self.slot, id));
+        Ok(ids)
+    }
+
+    /// Runs a verify window as [`Model::verify_greedy`] does and returns every row of
+    /// logits (for sampling).
+    pub fn verify_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, RunError> {
+        let t = self.room(tokens.len())?;
+        self.upload_ids(tokens)?;
+        self.replay_step(t, false)?;
+        self.pos[self.slot] += t;
+        self.logits(t)
+    }
+
+    /// Replays the captured pass of `t` tokens at the slot's position (capturing it on
+    /// first use), leaving every row's logits and, with `argmax`, their greedy ids in
+    /// `next`. Its token ids are read from `next` for a greedy single token (where the
+    /// last argmax left them), else from `ids`.
+    fn replay_step(&mut self, t: u32, argmax: bool) -> Result<(), RunError> {
+        let key = (self.slot, t, argmax);
+        let graph = match self.graphs.get(&key) {
+            Some(&g) => g,
+            None => {
+                let ids = if t == 1 && argmax { self.s.next } else { self.s.ids };
+                self.backend.begin_capture()?;
+                let queued = self
+                    .enqueue(ids, t, Logits::All)
+                    .and_then(|()| if argmax { self.enqueue_argmax(t) } else { Ok(()) });
+                let graph = self.backend.end_capture();
+                queued?;
+                let g = graph?;
+                self.graphs.insert(key, g);
+                g
+            }
+        };
+        self.backend.replay(graph)
     }
 
     /// The greedy tokens of the logits rows left by the last forward pass.

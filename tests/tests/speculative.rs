@@ -1,0 +1,164 @@
+//! Speculative decoding on the CPU backend: greedy output equal token for token to
+//! decoding without it, for every window and drafter setting, on the real default model;
+//! draft-model packs (accepted, and refused for another vocabulary); sampled speculation.
+
+use std::path::Path;
+
+use strata_compiler::pack::Pack;
+use strata_compiler::quant::GgmlType;
+use strata_compiler::synth::{self, Preset, Types};
+use strata_runtime::chat::{self, Message};
+use strata_runtime::generate::{self, Stats};
+use strata_runtime::sampler::{Sampler, SamplerConfig};
+use strata_runtime::session::{self, BackendChoice, OpenOptions, Session};
+use strata_runtime::spec::SpecConfig;
+
+/// A code edit (the answer copies the prompt's code, where n-gram drafts pay) and a
+/// prose prompt. The CPU reference is slow (2 cores in CI): runs are short.
+const PROMPTS: [(&str, bool); 2] = [
+    (
+        "Rename the variable `total` to `sum` in this function and return the whole function:\n\
+         ```python\ndef add_all(values):\n    total = 0\n    for v in values:\n        total = total + v\n    \
+         return total\n```",
+        true,
+    ),
+    ("The capital of France is", false),
+];
+
+fn open(pack: &Path, spec: SpecConfig, draft: Option<&Path>) -> Session {
+    let opts = OpenOptions {
+        backend: BackendChoice::Cpu,
+        ctx: Some(512),
+        prefill: 64,
+        spec,
+        draft_pack: draft.map(Path::to_path_buf),
+        ..OpenOptions::default()
+    };
+    session::open(pack, &opts, &mut |_| {}).expect("opens on the CPU")
+}
+
+fn prompt_ids(s: &Session, text: &str, chat: bool) -> Vec<u32> {
+    let text = if chat {
+        let t = &s.tokenizer;
+        let messages = [Message { role: "user".into(), content: text.into() }];
+        chat::render(t.chat_template().expect("template"), &messages, true, "", "").expect("renders")
+    } else {
+        text.to_string()
+    };
+    s.tokenizer.encode(&text, true)
+}
+
+fn run(s: &mut Session, prompt: &[u32], tokens: usize, sampler: SamplerConfig) -> (Vec<u32>, Stats) {
+    let mut out = Vec::new();
+    let mut sampler = Sampler::new(sampler);
+    let stats = generate::generate(s, prompt, tokens, true, &mut sampler, &mut |_, id| {
+        out.push(id);
+        true
+    })
+    .expect("generates");
+    (out, stats)
+}
+
+fn spec(window: u32, ngram: usize, draft_max: Option<usize>) -> SpecConfig {
+    SpecConfig { window, ngram, draft_max }
+}
+
+#[test]
+fn greedy_output_is_the_same_with_and_without_speculation() {
+    let Some(model) = strata_tests::smollm2() else { return };
+    // One session whose passes take up to 16 tokens; each run sets its own speculation.
+    let mut s = open(&model, spec(16, 3, None), None);
+    let settings = [
+        spec(2, 3, None),
+        spec(4, 3, None),
+        spec(6, 3, None),
+        spec(8, 3, None),
+        spec(16, 3, None),
+        spec(8, 2, Some(1)),
+    ];
+    let (text, chat) = PROMPTS[0];
+    let prompt = prompt_ids(&s, text, chat);
+    s.spec = SpecConfig::OFF;
+    let (plain, stats) = run(&mut s, &prompt, 32, SamplerConfig::greedy());
+    assert_eq!(plain.len(), 32);
+    assert_eq!(stats.spec.verified, 0, "no speculation when off");
+    for cfg in settings {
+        s.spec = cfg;
+        let (fast, stats) = run(&mut s, &prompt, 32, SamplerConfig::greedy());
+        assert_eq!(fast, plain, "{cfg:?} on {text:?}");
+        assert!(stats.spec.accepted <= stats.spec.drafted);
+        let most = cfg.most_drafts() as u64;
+        assert!(stats.spec.drafted <= stats.spec.verified * most, "{cfg:?}: at most {most} drafts a pass");
+        // Editing code repeats the prompt: the n-gram drafter finds drafts, some right.
+        assert!(stats.spec.verified > 0 && stats.spec.accepted > 0, "{cfg:?}: {:?}", stats.spec);
+    }
+}
+
+/// A two-layer model of random weights with the default model's vocabulary: a valid
+/// draft pack that is mostly wrong.
+fn weak_draft(dir: &Path, target: &Path) -> std::path::PathBuf {
+    let target = Pack::open(target).expect("pack");
+    let mut shape = Preset::TinyLlama.shape();
+    shape.layers = 2;
+    let tokenizer = synth::Tokenizer::from_pack(&target).expect("the default model has a tokenizer");
+    let types = Types { weights: vec![GgmlType::Q8_0], embedding: GgmlType::Q8_0, output: GgmlType::Q8_0 };
+    let planned = synth::plan(&shape, &types, &tokenizer, "draft").expect("valid");
+    let path = dir.join("draft.gguf");
+    std::fs::write(&path, planned.writer.to_bytes(|i, out| planned.fill(5, i, out))).expect("writes");
+    path
+}
+
+#[test]
+fn a_draft_model_keeps_greedy_output_and_another_vocabulary_is_refused() {
+    let Some(model) = strata_tests::smollm2() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut plain = open(&model, SpecConfig::OFF, None);
+    let prompt = prompt_ids(&plain, PROMPTS[1].0, false);
+    let (want, _) = run(&mut plain, &prompt, 24, SamplerConfig::greedy());
+
+    // The model as its own draft: every draft is accepted.
+    let mut same = open(&model, spec(5, 3, None), Some(&model));
+    let (got, stats) = run(&mut same, &prompt, 24, SamplerConfig::greedy());
+    assert_eq!(got, want);
+    assert!(stats.spec.verified > 0 && stats.spec.accepted == stats.spec.drafted, "{:?}", stats.spec);
+
+    // A random draft: mostly rejected, the output unchanged, and the draft length adapts
+    // down (so fewer than 4 drafts a pass on average).
+    let weak = weak_draft(dir.path(), &model);
+    let mut wrong = open(&model, spec(5, 3, None), Some(&weak));
+    let (got, stats) = run(&mut wrong, &prompt, 24, SamplerConfig::greedy());
+    assert_eq!(got, want);
+    assert!(stats.spec.acceptance() < 0.5, "{:?}", stats.spec);
+    assert!(stats.spec.drafted < 4 * stats.spec.verified, "{:?}", stats.spec);
+
+    // Another vocabulary (a byte-level tokenizer) is refused, naming why.
+    let other = dir.path().join("other.gguf");
+    let bytes = strata_tests::synthetic_pack(Preset::TinyLlama, 2, &[GgmlType::Q8_0]);
+    std::fs::write(&other, bytes).expect("writes");
+    let opts = OpenOptions {
+        backend: BackendChoice::Cpu,
+        ctx: Some(64),
+        spec: spec(4, 3, None),
+        draft_pack: Some(other),
+        ..OpenOptions::default()
+    };
+    let e = session::open(&model, &opts, &mut |_| {}).err().expect("refused").to_string();
+    assert!(e.contains("draft") && e.contains("vocabulary"), "{e}");
+}
+
+#[test]
+fn sampled_speculation_is_reproducible_and_accepts_an_identical_draft() {
+    let Some(model) = strata_tests::smollm2() else { return };
+    // The model as its own draft: the draft's distribution q equals the target's p at
+    // every position (the verify window computes each row as decoding does), so
+    // rejection sampling accepts every draft, with probability min(1, p/q) = 1.
+    let mut s = open(&model, spec(4, 3, None), Some(&model));
+    let prompt = prompt_ids(&s, PROMPTS[1].0, false);
+    let cfg = SamplerConfig { temperature: 0.7, seed: 11, ..SamplerConfig::default() };
+    let (a, stats) = run(&mut s, &prompt, 24, cfg.clone());
+    let (b, _) = run(&mut s, &prompt, 24, cfg);
+    assert_eq!(a, b, "the same seed draws the same tokens");
+    assert_eq!(a.len(), 24);
+    assert!(a.iter().all(|&id| (id as usize) < s.tokenizer.vocab_size()));
+    assert!(stats.spec.verified > 0 && stats.spec.accepted == stats.spec.drafted, "{:?}", stats.spec);
+}
