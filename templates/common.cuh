@@ -92,7 +92,7 @@ STRATA_DEVICE u32 strata_ksigns(u32 i) {
     return i | ((u32)(__builtin_popcount(i) & 1) << 7);
 }
 
-// ---- int8 dot helpers (for strata_dot32_<type> in quant/) ----
+// ---- int8 dot helpers (for strata_decode32_<type> in quant/) ----
 // The four bytes of g, byte k negated where bit k of s (bits 0-3) is set: the nibble's
 // four shifted copies never overlap, so the multiply spreads bit k to byte k; then
 // ~g + 1 per byte, which never carries since IQ2/IQ3 grid bytes lie in 1..127.
@@ -132,4 +132,31 @@ STRATA_DEVICE void strata_scale_min_k4_w(u32 s0, u32 s1, u32 s2, u32 j, u32* s, 
     const u32 hm = ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u);
     *s = (((j & 4) ? hs : s0) >> sh) & 0x3F;
     *m = (((j & 4) ? hm : s1) >> sh) & 0x3F;
+}
+// 32 weights of one chunk decoded once for any number of input columns: integer weights
+// four to an i32, word k holding weights 4k .. 4k + 3 as signed bytes (strata_dot4's
+// operands, signed on every target: unsigned values below 128, nibbles among them, read
+// the same), and the chunk's dot with int8 quants q (sum of quants qsum) is
+//   a * (float)(s0 * Σ_{i<16} w_i q_i + s1 * Σ_{i>=16} w_i q_i) + b * (float)qsum.
+// strata_decode32_<type> in quant/ makes one; the integer sums are exact (|w| <= 127,
+// |q| <= 127, |s| <= 128: under 2^26).
+struct strata_w32 {
+    i32 w[8];
+    i32 s0, s1;
+    float a, b;
+};
+// The dot of a decoded chunk with one column's quants q (16-byte aligned) summing to qsum.
+STRATA_DEVICE float strata_dot_w32(const strata_w32& c, const i32* STRATA_RESTRICT q, i32 qsum) {
+    u32 x[8];
+    strata_ld8w(q, x);
+    i32 lo = 0, hi = 0;
+#pragma unroll
+    for (u32 k = 0; k < 4; ++k) {
+        lo = strata_dot4(c.w[k], (i32)x[k], lo);
+        hi = strata_dot4(c.w[k + 4], (i32)x[k + 4], hi);
+    }
+    const float v = c.a * (float)(c.s0 * lo + c.s1 * hi);
+    // A decoder's constant b = 0 drops the term (and the caller's load of qsum) once inlined.
+    if (__builtin_constant_p(c.b) && c.b == 0.0f) return v;
+    return v + c.b * (float)qsum;
 }

@@ -75,7 +75,6 @@ fn test_scalar(spec: &KernelSpec, name: &str) -> u32 {
     let v = match name {
         "rows" | "tokens" => 3,
         "n_ctx" => TEST_CTX,
-        "t" => 2,
         _ => 1,
     };
     let max = spec.scalars.iter().find(|s| s.name == name).map_or(v, |s| s.max);

@@ -4,12 +4,13 @@
 # with each run's acceptance, on SmolLM2 (where the model was carried ahead, see README)
 # and on the Llama-8B-shape Q4_0 pack (random weights: made here by the same synth
 # command as in scripts/prepare-bench.sh, whose WINDOWS=1 mode builds its artifacts).
-# Needs .device/bin, .device/art-run/smollm2-sm_90 and
-# .device/bench-windows/e2e-llama8b-Q4_0.tar.xz. Prints a summary table last.
+# Needs .device/bin, .device/artifacts.tar.xz (scripts/prepare-device.sh; for SmolLM2's)
+# and .device/bench-windows/e2e-llama8b-Q4_0.tar.xz. Prints a summary table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device/bench-packs.sh
 run=.device/bin/strata-run
+[ -d .device/art-run ] || tar -xJf .device/artifacts.tar.xz -C .device
 out=${OUT:-/tmp}/bench-spec
 mkdir -p "$out" /tmp/strata-packs /tmp/strata-windows
 code=$'Rename the variable `total` to `sum` in this function and return the whole function:\n```python\ndef add_all(values):\n    total = 0\n    for v in values:\n        total = total + v\n    return total\n```'
@@ -42,4 +43,4 @@ echo "== decode t/s of a 256-token answer to a code-editing prompt, n-gram draft
 {
     echo "pack|T|t/s|vs off|accepted % / per pass|same text"
     printf '%s\n' "${rows[@]}"
-} | column -t -s'|'
+} | awk -F'|' '{ printf "%-14s %3s %9s %7s %22s %9s\n", $1, $2, $3, $4, $5, $6 }'

@@ -93,9 +93,9 @@ def run(art, checked):
     cache = cp.zeros((2, kv_heads * hd), dtype=cp.uint16)
     out = cp.full(heads * hd, np.nan, dtype=cp.float32)
     extra = err_args()
-    pos = cp.array([8], dtype=cp.int32)  # with t = 0: 9 positions
-    args = (q, cache, cache, out, pos, np.uint32(0), np.uint32(2), *extra)
-    mod.get_function(k["name"])(grid(k), (k["launch"]["threads"], 1, 1), args)
+    pos = cp.array([8], dtype=cp.int32)  # one token: 9 positions
+    args = (q, cache, cache, out, pos, np.uint32(1), np.uint32(2), *extra)
+    mod.get_function(k["name"])(grid(k, tokens=1), (k["launch"]["threads"], 1, 1), args)
     cp.cuda.runtime.deviceSynchronize()
     ok = bool(np.isfinite(cp.asnumpy(out)).all())
     if checked:

@@ -18,27 +18,31 @@ STRATA_DEVICE void strata_dequant32_iq2_xs(const u8* STRATA_RESTRICT row, u32 ch
         }
     }
 }
-// Σ_{i<32} w_i · q_i, where w_i are the 32 weights strata_dequant32_iq2_xs(row, chunk, .) gives and
-// q_i the chunk's int8 activations: q[k] packs q_{4k..4k+3} (byte 0 = lowest index), q 16-byte aligned,
-// qsum = Σ q_i. Grid bytes (1..127) take their signs per byte (strata_iq_sign4): one strata_dot4 per
-// 4 weights, a sum per 16-weight half for its 4-bit scale: db = d (2 s + 1) / 8.
-STRATA_DEVICE float strata_dot32_iq2_xs(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const u64* STRATA_RESTRICT grid) {
-    (void)qsum;
+// The chunk's 32 weights as strata_w32: grid bytes (1..127) take their signs per byte
+// (strata_iq_sign4); the two 16-weight halves' 4-bit scales 2 s + 1 as s0 and s1;
+// a = d / 8 (db = d (2 s + 1) / 8), b = 0.
+STRATA_DEVICE strata_w32 strata_decode32_iq2_xs(const u8* STRATA_RESTRICT row, u32 chunk, const u64* STRATA_RESTRICT grid) {
     const u8* b = row + 74u * (chunk >> 3);
     const u32 ib = chunk & 7;
     const u16* qs = (const u16*)(b + 2 + 8 * ib);
-    const i32* qa = (const i32*)__builtin_assume_aligned(q, 16);
-    i32 lo = 0, hi = 0;
+    strata_w32 c;
     for (u32 l = 0; l < 4; ++l) {
         const u32 v = qs[l];
         const u64 p = grid[v & 511];
         const u32 s = strata_ksigns(v >> 9);
-        i32 acc = l < 2 ? lo : hi;
-        acc = strata_dot4(strata_iq_sign4((u32)p, s), qa[2 * l], acc);
-        acc = strata_dot4(strata_iq_sign4((u32)(p >> 32), s >> 4), qa[2 * l + 1], acc);
-        if (l < 2) lo = acc; else hi = acc;
+        c.w[2 * l] = strata_iq_sign4((u32)p, s);
+        c.w[2 * l + 1] = strata_iq_sign4((u32)(p >> 32), s >> 4);
     }
     const u32 sc = b[66 + ib];
-    const i32 sumi = (i32)(2 * (sc & 15) + 1) * lo + (i32)(2 * (sc >> 4) + 1) * hi;
-    return strata_f16_to_f32(*(const u16*)b) * 0.125f * (float)sumi;
+    c.s0 = (i32)(2 * (sc & 15) + 1);
+    c.s1 = (i32)(2 * (sc >> 4) + 1);
+    c.a = strata_f16_to_f32(*(const u16*)b) * 0.125f;
+    c.b = 0.0f;
+    return c;
+}
+// Σ_{i<32} w_i · q_i, where w_i are the 32 weights strata_dequant32_iq2_xs(row, chunk, .) gives and
+// q_i the chunk's int8 activations: q[k] packs q_{4k..4k+3} (byte 0 = lowest index), q 16-byte aligned,
+// qsum = Σ q_i: the decoded chunk's dot (strata_dot_w32).
+STRATA_DEVICE float strata_dot32_iq2_xs(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const u64* STRATA_RESTRICT grid) {
+    return strata_dot_w32(strata_decode32_iq2_xs(row, chunk, grid), q, qsum);
 }

@@ -16,24 +16,30 @@ STRATA_DEVICE void strata_dequant32_iq3_xxs(const u8* STRATA_RESTRICT row, u32 c
         }
     }
 }
-// Σ_{i<32} w_i · q_i, where w_i are the 32 weights strata_dequant32_iq3_xxs(row, chunk, .) gives and
-// q_i the chunk's int8 activations: q[k] packs q_{4k..4k+3} (byte 0 = lowest index), q 16-byte aligned,
-// qsum = Σ q_i. Each 4-wide grid point (bytes 1..127) is one strata_dot4 after its four signs are
-// applied per byte (strata_iq_sign4); one scale per 32: db = d (2 s + 1) / 4.
-STRATA_DEVICE float strata_dot32_iq3_xxs(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const u32* STRATA_RESTRICT grid) {
-    (void)qsum;
+// The chunk's 32 weights as strata_w32: each 4-wide grid point (bytes 1..127) takes its four
+// signs per byte (strata_iq_sign4); one scale per 32, s0 = s1 = 2 s + 1; a = d / 4
+// (db = d (2 s + 1) / 4), b = 0.
+STRATA_DEVICE strata_w32 strata_decode32_iq3_xxs(const u8* STRATA_RESTRICT row, u32 chunk, const u32* STRATA_RESTRICT grid) {
     const u8* b = row + 98u * (chunk >> 3);
     const u32 ib = chunk & 7;
     const u16* qs = (const u16*)(b + 2 + 8 * ib);
     const u16* ss = (const u16*)(b + 66 + 4 * ib);
     const u32 aux = (u32)ss[0] | ((u32)ss[1] << 16);
-    const i32* qa = (const i32*)__builtin_assume_aligned(q, 16);
-    i32 acc = 0;
+    strata_w32 c;
     for (u32 l = 0; l < 4; ++l) {
         const u32 v = qs[l];
         const u32 s = strata_ksigns(aux >> (7 * l));
-        acc = strata_dot4(strata_iq_sign4(grid[v & 255], s), qa[2 * l], acc);
-        acc = strata_dot4(strata_iq_sign4(grid[v >> 8], s >> 4), qa[2 * l + 1], acc);
+        c.w[2 * l] = strata_iq_sign4(grid[v & 255], s);
+        c.w[2 * l + 1] = strata_iq_sign4(grid[v >> 8], s >> 4);
     }
-    return strata_f16_to_f32(*(const u16*)b) * 0.25f * (float)((i32)(2 * (aux >> 28) + 1) * acc);
+    c.s0 = c.s1 = (i32)(2 * (aux >> 28) + 1);
+    c.a = strata_f16_to_f32(*(const u16*)b) * 0.25f;
+    c.b = 0.0f;
+    return c;
+}
+// Σ_{i<32} w_i · q_i, where w_i are the 32 weights strata_dequant32_iq3_xxs(row, chunk, .) gives and
+// q_i the chunk's int8 activations: q[k] packs q_{4k..4k+3} (byte 0 = lowest index), q 16-byte aligned,
+// qsum = Σ q_i: the decoded chunk's dot (strata_dot_w32).
+STRATA_DEVICE float strata_dot32_iq3_xxs(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const u32* STRATA_RESTRICT grid) {
+    return strata_dot_w32(strata_decode32_iq3_xxs(row, chunk, grid), q, qsum);
 }

@@ -8,18 +8,26 @@ STRATA_DEVICE void strata_dequant32_q4_0(const u8* STRATA_RESTRICT row, u32 chun
         w[j + 16] = (float)((i32)(b[2 + j] >> 4) - 8) * d;
     }
 }
-// Int8 dot: 18-byte blocks alternate 4-byte alignment, so qs comes as four words by
-// aligned loads (strata_words2); low nibbles pair with q[0..3], high with q[4..7], -8 via qsum.
-STRATA_DEVICE float strata_dot32_q4_0(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
+// Int8 decode: 18-byte blocks alternate 4-byte alignment, so qs comes as four words by
+// aligned loads (strata_words2); low nibbles are weights 0..15, high nibbles 16..31, all
+// 0..15 as stored: a = d, and the -8 enters through qsum, b = -8 d.
+STRATA_DEVICE strata_w32 strata_decode32_q4_0(const u8* STRATA_RESTRICT row, u32 chunk, const void* STRATA_RESTRICT table) {
     const u8* b = row + 18u * chunk;
-    u32 x[8], v[4];
-    strata_ld8w(q, x);
+    u32 v[4];
     strata_words2(b + 2, ~chunk & 1, 0, 4, v);
-    i32 s = 0;
+    strata_w32 c;
 #pragma unroll
     for (u32 k = 0; k < 4; ++k) {
-        s = strata_dot4((i32)(v[k] & 0x0F0F0F0Fu), (i32)x[k], s);
-        s = strata_dot4((i32)((v[k] >> 4) & 0x0F0F0F0Fu), (i32)x[k + 4], s);
+        c.w[k] = (i32)(v[k] & 0x0F0F0F0Fu);
+        c.w[k + 4] = (i32)((v[k] >> 4) & 0x0F0F0F0Fu);
     }
-    return strata_f16_to_f32(*(const u16*)b) * (float)(s - 8 * qsum);
+    const float d = strata_f16_to_f32(*(const u16*)b);
+    c.s0 = c.s1 = 1;
+    c.a = d;
+    c.b = -8.0f * d;
+    return c;
+}
+// Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).
+STRATA_DEVICE float strata_dot32_q4_0(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
+    return strata_dot_w32(strata_decode32_q4_0(row, chunk, table), q, qsum);
 }

@@ -7,19 +7,24 @@ STRATA_DEVICE void strata_dequant32_q4_1(const u8* STRATA_RESTRICT row, u32 chun
         w[j + 16] = (float)(b[4 + j] >> 4) * d + m;
     }
 }
-// Int8 dot: 20-byte blocks keep d|m and qs 4-byte aligned (five u32 loads); low nibbles
-// pair with q[0..3], high with q[4..7]; the min enters as m * qsum.
-STRATA_DEVICE float strata_dot32_q4_1(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
+// Int8 decode: 20-byte blocks keep d|m and qs 4-byte aligned (five u32 loads); low nibbles
+// are weights 0..15, high nibbles 16..31: a = d, and the min enters through qsum, b = m.
+STRATA_DEVICE strata_w32 strata_decode32_q4_1(const u8* STRATA_RESTRICT row, u32 chunk, const void* STRATA_RESTRICT table) {
     const u32* b = (const u32*)(row + 20u * chunk);
-    u32 x[8];
-    strata_ld8w(q, x);
     const u32 dm = b[0];
-    i32 s = 0;
+    strata_w32 c;
 #pragma unroll
     for (u32 k = 0; k < 4; ++k) {
         const u32 v = b[1 + k];
-        s = strata_dot4((i32)(v & 0x0F0F0F0Fu), (i32)x[k], s);
-        s = strata_dot4((i32)((v >> 4) & 0x0F0F0F0Fu), (i32)x[k + 4], s);
+        c.w[k] = (i32)(v & 0x0F0F0F0Fu);
+        c.w[k + 4] = (i32)((v >> 4) & 0x0F0F0F0Fu);
     }
-    return strata_f16_to_f32((u16)dm) * (float)s + strata_f16_to_f32((u16)(dm >> 16)) * (float)qsum;
+    c.s0 = c.s1 = 1;
+    c.a = strata_f16_to_f32((u16)dm);
+    c.b = strata_f16_to_f32((u16)(dm >> 16));
+    return c;
+}
+// Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).
+STRATA_DEVICE float strata_dot32_q4_1(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
+    return strata_dot_w32(strata_decode32_q4_1(row, chunk, table), q, qsum);
 }

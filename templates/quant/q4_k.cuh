@@ -10,20 +10,26 @@ STRATA_DEVICE void strata_dequant32_q4_k(const u8* STRATA_RESTRICT row, u32 chun
     const u8* q = b + 16 + 32 * (s >> 1);
     for (u32 l = 0; l < 32; ++l) w[l] = d1 * (float)((q[l] >> shift) & 0x0F) - m1;
 }
-// Int8 dot: 144-byte blocks are 16-byte aligned, so d|dmin|scales is one 16-byte load and
+// Int8 decode: 144-byte blocks are 16-byte aligned, so d|dmin|scales is one 16-byte load and
 // the chunk's nibbles (bytes 16 + 32 * (s / 2) ..) two: eight words shifted by 4 * (s % 2);
-// the min enters as m * qsum.
-STRATA_DEVICE float strata_dot32_q4_k(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
+// s0 = s1 = sc, a = d, and the min enters through qsum, b = -dmin * m (exact in f32).
+STRATA_DEVICE strata_w32 strata_decode32_q4_k(const u8* STRATA_RESTRICT row, u32 chunk, const void* STRATA_RESTRICT table) {
     const u8* b = row + 144u * (chunk >> 3);
     const u32 s = chunk & 7, shift = 4 * (s & 1);
-    u32 x[8], v[8];
-    strata_ld8w(q, x);
+    u32 v[8];
     strata_ld8w(b + 16 + 32 * (s >> 1), v);
     const strata_u4 h = *(const strata_u4*)b;
     u32 sc, m;
     strata_scale_min_k4_w(h.y, h.z, h.w, s, &sc, &m);
-    i32 acc = 0;
+    strata_w32 c;
 #pragma unroll
-    for (u32 k = 0; k < 8; ++k) acc = strata_dot4((i32)((v[k] >> shift) & 0x0F0F0F0Fu), (i32)x[k], acc);
-    return strata_f16_to_f32((u16)h.x) * (float)((i32)sc * acc) - strata_f16_to_f32((u16)(h.x >> 16)) * (float)((i32)m * qsum);
+    for (u32 k = 0; k < 8; ++k) c.w[k] = (i32)((v[k] >> shift) & 0x0F0F0F0Fu);
+    c.s0 = c.s1 = (i32)sc;
+    c.a = strata_f16_to_f32((u16)h.x);
+    c.b = -strata_f16_to_f32((u16)(h.x >> 16)) * (float)m;
+    return c;
+}
+// Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).
+STRATA_DEVICE float strata_dot32_q4_k(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
+    return strata_dot_w32(strata_decode32_q4_k(row, chunk, table), q, qsum);
 }

@@ -14,25 +14,30 @@ STRATA_DEVICE void strata_dequant32_q6_k(const u8* STRATA_RESTRICT row, u32 chun
         w[l] = d * sc * (float)((i32)q - 32);
     }
 }
-// Int8 dot: 210-byte blocks alternate 4-byte alignment, so ql and qh come as words by
-// aligned loads and funnel shifts that also apply the nibble / 2-bit shift; the -32 per
-// 16-element scale group uses that group's Σq (dot4 with 0x01010101; the second is qsum - first).
-STRATA_DEVICE float strata_dot32_q6_k(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
+// Int8 decode: 210-byte blocks alternate 4-byte alignment, so ql and qh come as words by
+// aligned loads and funnel shifts that also apply the nibble / 2-bit shift; each 6-bit
+// byte u becomes u - 32 (bit 5 flipped, bits 6-7 set where it was clear: no carries), so
+// the weights are signed and the two 16-element scales are s0 and s1: a = d, b = 0.
+STRATA_DEVICE strata_w32 strata_decode32_q6_k(const u8* STRATA_RESTRICT row, u32 chunk, const void* STRATA_RESTRICT table) {
     const u8* b = row + 210u * (chunk >> 3);
     const u32 s = chunk & 7, half = s >> 2, k = s & 3, odd = (chunk >> 3) & 1;
-    u32 x[8], lo[8], hi[8];
-    strata_ld8w(q, x);
+    u32 lo[8], hi[8];
     strata_words2(b + 64 * half + 32 * (k & 1), odd, 4 * (k >> 1), 8, lo);
     strata_words2(b + 128 + 32 * half, odd, 2 * k, 8, hi);
-    i32 s0 = 0, s1 = 0, n0 = 0;
+    strata_w32 c;
 #pragma unroll
-    for (u32 i = 0; i < 4; ++i) {
-        s0 = strata_dot4((i32)((lo[i] & 0x0F0F0F0Fu) | ((hi[i] << 4) & 0x30303030u)), (i32)x[i], s0);
-        n0 = strata_dot4(0x01010101, (i32)x[i], n0);
+    for (u32 i = 0; i < 8; ++i) {
+        const u32 u = (lo[i] & 0x0F0F0F0Fu) | ((hi[i] << 4) & 0x30303030u);
+        c.w[i] = (i32)((u ^ 0x20202020u) | ((~u & 0x20202020u) * 6u));
     }
-#pragma unroll
-    for (u32 i = 4; i < 8; ++i) s1 = strata_dot4((i32)((lo[i] & 0x0F0F0F0Fu) | ((hi[i] << 4) & 0x30303030u)), (i32)x[i], s1);
     const u32 scw = *(const u16*)(b + 192 + 8 * half + 2 * k);
-    const i32 sc0 = (i8)(u8)scw, sc1 = (i8)(u8)(scw >> 8);
-    return strata_f16_to_f32(*(const u16*)(b + 208)) * (float)(sc0 * (s0 - 32 * n0) + sc1 * (s1 - 32 * (qsum - n0)));
+    c.s0 = (i8)(u8)scw;
+    c.s1 = (i8)(u8)(scw >> 8);
+    c.a = strata_f16_to_f32(*(const u16*)(b + 208));
+    c.b = 0.0f;
+    return c;
+}
+// Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).
+STRATA_DEVICE float strata_dot32_q6_k(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
+    return strata_dot_w32(strata_decode32_q6_k(row, chunk, table), q, qsum);
 }

@@ -4,16 +4,21 @@ STRATA_DEVICE void strata_dequant32_q8_0(const u8* STRATA_RESTRICT row, u32 chun
     const float d = strata_f16_at(b);
     for (u32 j = 0; j < 32; ++j) w[j] = (float)(i8)b[2 + j] * d;
 }
-// Int8 dot: qs already holds packed int8 words; 34-byte blocks alternate 4-byte
-// alignment, so they come by aligned loads and funnel shifts (strata_words2).
-STRATA_DEVICE float strata_dot32_q8_0(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
-    (void)qsum;
+// Int8 decode: qs already holds packed int8 words; 34-byte blocks alternate 4-byte
+// alignment, so they come by aligned loads and funnel shifts (strata_words2): a = d, b = 0.
+STRATA_DEVICE strata_w32 strata_decode32_q8_0(const u8* STRATA_RESTRICT row, u32 chunk, const void* STRATA_RESTRICT table) {
     const u8* b = row + 34u * chunk;
-    u32 x[8], v[8];
-    strata_ld8w(q, x);
+    u32 v[8];
     strata_words2(b + 2, ~chunk & 1, 0, 8, v);
-    i32 s = 0;
+    strata_w32 c;
 #pragma unroll
-    for (u32 k = 0; k < 8; ++k) s = strata_dot4((i32)v[k], (i32)x[k], s);
-    return strata_f16_to_f32(*(const u16*)b) * (float)s;
+    for (u32 k = 0; k < 8; ++k) c.w[k] = (i32)v[k];
+    c.s0 = c.s1 = 1;
+    c.a = strata_f16_to_f32(*(const u16*)b);
+    c.b = 0.0f;
+    return c;
+}
+// Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).
+STRATA_DEVICE float strata_dot32_q8_0(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
+    return strata_dot_w32(strata_decode32_q8_0(row, chunk, table), q, qsum);
 }

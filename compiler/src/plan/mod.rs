@@ -203,8 +203,8 @@ pub enum Op {
         /// Table rows.
         vocab: u32,
     },
-    /// Decode attention of one query per head (token `t` of a window at `pos[0]`) over the
-    /// f16 KV cache, causal (grouped-query).
+    /// Decode attention of each token of a window at `pos[0]`, one query per head, over
+    /// the f16 KV cache, causal (token `t` sees positions up to `pos[0] + t`; grouped-query).
     Attention {
         /// Query heads.
         heads: u32,

@@ -54,8 +54,11 @@ pub const NORM_THREADS: u32 = 1024;
 pub const Q8_WAVES: u32 = 8;
 /// Rows a wave of an int8 GEMV decodes together (single-token products).
 pub const Q8_ROWS_PER_WAVE: u32 = 2;
-/// Largest rows × window a wave accumulates at once (its float accumulators).
-pub const Q8_ACCUMULATORS: u32 = 8;
+/// Largest rows × window a wave accumulates at once (its float accumulators). A verify
+/// window keeps two rows a wave up to T = 16: with one, each row would read the whole
+/// window's input for itself, and at T = 8 the window's GEMV took 2.3-5.8× the
+/// single-token one on the H200 (8 accumulators); the input, not the weights, bounded it.
+pub const Q8_ACCUMULATORS: u32 = 32;
 /// Blocks of an int8 GEMV per compute unit, at most; more rows are stepped over. Each
 /// block stages the lookup grid once, however many rows it then decodes.
 pub const Q8_BLOCKS_PER_CU: u32 = 4;
@@ -229,16 +232,18 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
             // Per wave: running max, running sum and a head-length accumulator.
             let shared = WAVES_PER_BLOCK * (2 + head_dim) * 4;
             (
-                launch([Dim::Fixed(*heads), Dim::Fixed(1), Dim::Fixed(1)], threads, shared),
+                // One block per (head, token of the window): a verify window's queries
+                // run side by side, each exactly as decoding that token alone does.
+                launch([Dim::Fixed(*heads), rows("tokens"), Dim::Fixed(1)], threads, shared),
                 Tuning::None {},
                 vec![
-                    buffer("q", Elem::F32, Extent::Fixed(u64::from(heads * head_dim)), false),
+                    buffer("q", Elem::F32, per("tokens", heads * head_dim), false),
                     buffer("k_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
                     buffer("v_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
-                    buffer("out", Elem::F32, Extent::Fixed(u64::from(heads * head_dim)), true),
+                    buffer("out", Elem::F32, per("tokens", heads * head_dim), true),
                     buffer("pos", Elem::I32, Extent::Fixed(1), false),
                 ],
-                vec![scalar("t", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
+                vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
             )
         }
         Op::Softmax { n } | Op::Argmax { n } => {
@@ -430,8 +435,9 @@ mod tests {
         };
         assert_eq!(rows(1, None), Q8_ROWS_PER_WAVE);
         assert_eq!(rows(1, Some(4)), 4);
-        assert_eq!(rows(8, Some(4)), 1, "8 columns fill the accumulators alone");
-        assert_eq!(rows(16, None), 1);
+        assert_eq!(rows(8, None), 2, "windows keep two rows a wave");
+        assert_eq!(rows(8, Some(8)), 4, "32 accumulators: 4 rows of 8 columns");
+        assert_eq!(rows(16, None), 2);
         // Four rows keep slabs half as long: the wave still has 2 KiB in flight.
         let options = Options { q8_rows: Some(4), ..Options::default() };
         let four = gemv_q8(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &options).expect("int8");

@@ -188,28 +188,33 @@ impl Cpu {
             }
             Op::Attention { heads, kv_heads, head_dim, scale } => {
                 let (heads, kv_heads, hd) = (*heads as usize, *kv_heads as usize, *head_dim as usize);
-                let n_ctx = scalar("n_ctx") as usize;
-                let n_kv = (ints(input("pos"), 1)[0] as usize + scalar("t") as usize + 1).min(n_ctx);
+                let (n_ctx, tokens) = (scalar("n_ctx") as usize, scalar("tokens") as usize);
+                let pos = ints(input("pos"), 1)[0] as usize;
                 let width = kv_heads * hd;
-                let q = floats(input("q"), heads * hd);
-                let (kc, vc) = (halves(input("k_cache"), n_kv * width), halves(input("v_cache"), n_kv * width));
-                let mut out = vec![0f32; heads * hd];
-                for h in 0..heads {
+                let q = floats(input("q"), tokens * heads * hd);
+                let most = (pos + tokens).min(n_ctx);
+                let (kc, vc) = (halves(input("k_cache"), most * width), halves(input("v_cache"), most * width));
+                let mut out = vec![0f32; tokens * heads * hd];
+                // One (token, head) a task, each as decoding that token alone computes it.
+                out.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
+                    let (t, h) = (i / heads, i % heads);
+                    let n_kv = (pos + t + 1).min(n_ctx);
+                    let q = &q[i * hd..][..hd];
                     let kvh = h / (heads / kv_heads);
                     let scores: Vec<f64> = (0..n_kv)
                         .map(|p| {
                             let k = &kc[p * width + kvh * hd..][..hd];
-                            (0..hd).map(|d| f64::from(q[h * hd + d] * scale) * f64::from(k[d])).sum()
+                            (0..hd).map(|d| f64::from(q[d] * scale) * f64::from(k[d])).sum()
                         })
                         .collect();
                     let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
                     let total: f64 = weights.iter().sum();
-                    for d in 0..hd {
+                    for (d, o) in out.iter_mut().enumerate() {
                         let v: f64 = (0..n_kv).map(|p| weights[p] * f64::from(vc[p * width + kvh * hd + d])).sum();
-                        out[h * hd + d] = if total > 0.0 { (v / total) as f32 } else { 0.0 };
+                        *o = if total > 0.0 { (v / total) as f32 } else { 0.0 };
                     }
-                }
+                });
                 outputs.push(("out", f32_bytes(&out)));
             }
             Op::Softmax { n } => {

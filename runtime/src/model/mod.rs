@@ -599,22 +599,18 @@ impl Model {
                     ("n_ctx", Arg::U32(self.n_ctx)),
                 ],
             )?;
-            let Arg::Buf(q_buf, q_off) = q else { unreachable!("q is a buffer") };
-            for i in 0..t {
-                let row = i as usize * qd as usize * 4;
-                self.backend.call(
-                    &attention,
-                    &[
-                        ("q", Arg::Buf(q_buf, q_off + row)),
-                        ("k_cache", buf(k_cache)),
-                        ("v_cache", buf(v_cache)),
-                        ("out", Arg::Buf(attn, row)),
-                        ("pos", buf(pos)),
-                        ("t", Arg::U32(i)),
-                        ("n_ctx", Arg::U32(self.n_ctx)),
-                    ],
-                )?;
-            }
+            self.backend.call(
+                &attention,
+                &[
+                    ("q", q),
+                    ("k_cache", buf(k_cache)),
+                    ("v_cache", buf(v_cache)),
+                    ("out", buf(attn)),
+                    ("pos", buf(pos)),
+                    ("tokens", Arg::U32(t)),
+                    ("n_ctx", Arg::U32(self.n_ctx)),
+                ],
+            )?;
             self.gemv(ly.o, buf(attn), buf(proj), t)?;
             h_q8 = self.add_rmsnorm(x[cur], proj, ly.ffn_norm, x[1 - cur], h, t, &Self::ffn_inputs(&ly, t))?;
             cur = 1 - cur;

@@ -2,9 +2,10 @@
 //! before (code being edited, a quoted passage, a list that repeats), what followed them
 //! then is proposed now. It needs no model and costs a scan of the history.
 
-/// Up to `max` draft tokens after `history`: the continuation of the most recent earlier
-/// occurrence of its last `n` tokens, trying `n` down to 2 (to 1 where `n` is 1); none
-/// where no suffix of those lengths occurred before.
+/// `max` draft tokens after `history`: the continuation of the most recent earlier
+/// occurrence of its last `n` tokens, trying `n` down to 2 (to 1 where `n` is 1), read on
+/// periodically past the history's end (text that repeats, repeats on); none where no
+/// suffix of those lengths occurred before.
 pub fn propose(history: &[u32], n: usize, max: usize) -> Vec<u32> {
     if max == 0 {
         return Vec::new();
@@ -17,9 +18,11 @@ pub fn propose(history: &[u32], n: usize, max: usize) -> Vec<u32> {
         // The most recent match whose continuation is not the suffix itself.
         let found = (0..history.len() - len).rev().find(|&start| &history[start..start + len] == suffix);
         if let Some(start) = found {
+            // What followed the match, up to the end of the history and then again: a
+            // match that overlaps the suffix means the text repeats with this period.
             let from = start + len;
-            let to = (from + max).min(history.len());
-            return history[from..to].to_vec();
+            let period = history.len() - from;
+            return (0..max).map(|k| history[from + k % period]).collect();
         }
     }
     Vec::new()
@@ -35,6 +38,7 @@ mod tests {
         // followed by "5 6 2 3".
         let h = [1, 2, 3, 4, 9, 2, 3, 5, 6, 2, 3];
         assert_eq!(propose(&h, 3, 4), vec![5, 6, 2, 3]);
+        assert_eq!(propose(&h, 3, 6), vec![5, 6, 2, 3, 5, 6], "on past the end, periodically");
         // A 3-gram match wins over a more recent 2-gram one.
         let h = [7, 2, 3, 8, 1, 2, 3, 4, 0, 7, 2, 3];
         assert_eq!(propose(&h, 3, 2), vec![8, 1]);
@@ -49,12 +53,13 @@ mod tests {
         assert!(propose(&[5], 1, 4).is_empty());
         // A one-token suffix only where asked for.
         assert!(propose(&[1, 2, 3, 1], 2, 4).is_empty());
-        assert_eq!(propose(&[1, 2, 3, 1], 1, 4), vec![2, 3, 1]);
+        assert_eq!(propose(&[1, 2, 3, 1], 1, 4), vec![2, 3, 1, 2]);
     }
 
     #[test]
-    fn stops_at_the_end_of_the_history() {
-        // A run of one token predicts itself, up to the history's end.
-        assert_eq!(propose(&[4, 4, 4, 4], 2, 8), vec![4]);
+    fn repetition_continues_past_the_end_of_the_history() {
+        // A run of one token predicts more of it, and a cycle its next turns.
+        assert_eq!(propose(&[4, 4, 4, 4], 2, 5), vec![4; 5]);
+        assert_eq!(propose(&[7, 1, 2, 1, 2, 1], 3, 5), vec![2, 1, 2, 1, 2]);
     }
 }
