@@ -14,7 +14,7 @@
 # single-type 8B packs (or ONLY=REGEX), artifacts with every verify window up to
 # SPEC (default 16) of two-layer packs, as .device/bench-windows/<pack>.tar.xz (about
 # 6 MiB of PTX a pack, 0.5 MiB compressed), and for scripts/device/bench-spec.sh the
-# artifacts of the full Q4_0 pack with windows up to 8, as
+# artifacts of the full Q4_0 pack with windows up to 16, as
 # .device/bench-windows/e2e-llama8b-Q4_0.tar.xz.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +36,7 @@ if [ "${WINDOWS:-0}" != 0 ]; then
         rm -f "$pack"
     done < <(bench_packs)
     synth_bench_pack "$sc" /tmp/strata-packs llama8b-Q4_0 llama-8b Q4_0 -
-    $sc --pack /tmp/strata-packs/llama8b-Q4_0.gguf --target sm_90 --spec 8 --out "$work/e2e-llama8b-Q4_0"
+    $sc --pack /tmp/strata-packs/llama8b-Q4_0.gguf --target sm_90 --spec 16 --out "$work/e2e-llama8b-Q4_0"
     tar -cJf .device/bench-windows/e2e-llama8b-Q4_0.tar.xz -C "$work" e2e-llama8b-Q4_0
     rm -f /tmp/strata-packs/llama8b-Q4_0.gguf
     du -sh "$work"/*

@@ -93,12 +93,12 @@ pub fn generate(
         generated.push(token);
         history.push(token);
         if pending.is_empty() && generated.len() < max_tokens {
-            let new = spec.step(&mut s.model, s.draft.as_mut(), sampler, &history, &generated)?;
-            stats.decoded += new.len();
-            pending.extend(new);
+            pending.extend(spec.step(&mut s.model, s.draft.as_mut(), sampler, &history, &generated)?);
         }
     }
     stats.decode = start.elapsed();
+    // Tokens passed on after the first (a speculative step may have made more).
+    stats.decoded = generated.len().saturating_sub(1);
     stats.spec = spec.stats();
     Ok(stats)
 }

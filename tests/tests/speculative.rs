@@ -1,17 +1,79 @@
-//! Speculative decoding on the CPU backend: greedy output equal token for token to
-//! decoding without it, for every window and drafter setting, on the real default model;
-//! draft-model packs (accepted, and refused for another vocabulary); sampled speculation.
+//! Speculative decoding on the CPU backend: the verify-window GEMV contract for every
+//! quant type; greedy output equal token for token to decoding without speculation, for
+//! every window and drafter setting, on the real default model; draft-model packs
+//! (accepted, and refused for another vocabulary); sampled speculation.
 
 use std::path::Path;
 
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 use strata_compiler::pack::Pack;
-use strata_compiler::quant::GgmlType;
+use strata_compiler::plan::{Int8Dot, MAX_WINDOW, Op, Options, Tuning, rules};
+use strata_compiler::quant::{GgmlType, SUPPORTED, random_blocks, random_floats};
 use strata_compiler::synth::{self, Preset, Types};
+use strata_compiler::target::Target;
+use strata_runtime::backend::cpu::{Cpu, quantize_q8};
+use strata_runtime::backend::{Arg, Backend};
 use strata_runtime::chat::{self, Message};
 use strata_runtime::generate::{self, Stats};
 use strata_runtime::sampler::{Sampler, SamplerConfig};
 use strata_runtime::session::{self, BackendChoice, OpenOptions, Session};
 use strata_runtime::spec::SpecConfig;
+
+/// Column j of every verify window (T = 1..16) equals the single-token product of input
+/// j bit for bit, for every quant type, on the float and the int8 path (the device check
+/// runs the same contract on the GPU kernels).
+#[test]
+fn window_columns_equal_single_token_products() {
+    let target = Target::load("sm_90").expect("known");
+    let (rows, cols) = (3u32, 256u32);
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    let x = random_floats(&mut rng, (MAX_WINDOW * cols) as usize, 1.0);
+    let (xq, xd) = quantize_q8(&x);
+    let mut cpu = Cpu::new();
+    let upload = |cpu: &mut Cpu, bytes: &[u8]| {
+        let b = cpu.alloc(bytes.len()).expect("host memory");
+        cpu.write(b, 0, bytes).expect("in bounds");
+        b
+    };
+    let floats = |v: &[f32]| v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
+    let (xb, xqb, xdb) = (upload(&mut cpu, &floats(&x)), upload(&mut cpu, &xq), upload(&mut cpu, &floats(&xd)));
+    let y = upload(&mut cpu, &vec![0; (MAX_WINDOW * rows * 4) as usize]);
+    for quant in SUPPORTED {
+        let mut w = vec![0u8; quant.row_bytes(u64::from(cols)).expect("whole blocks") as usize * rows as usize];
+        random_blocks(quant, &mut rng, &mut w, 0.05).expect("valid blocks");
+        let wb = upload(&mut cpu, &w);
+        for int8 in [Int8Dot::Never, Int8Dot::Always] {
+            let options = Options { int8, ..Options::default() };
+            let mut run = |cpu: &mut Cpu, window: u32, column: u32| -> Vec<u32> {
+                let spec = rules::kernel_with(Op::Gemv { quant, rows, cols, window }, &target, &options);
+                let (q_at, d_at, x_at) =
+                    ((column * cols) as usize, (column * cols / 16) as usize * 4, (column * cols * 4) as usize);
+                let args: Vec<(&str, Arg)> = match spec.tuning {
+                    Tuning::GemvQ8(_) => vec![
+                        ("w", Arg::Buf(wb, 0)),
+                        ("xq", Arg::Buf(xqb, q_at)),
+                        ("xd", Arg::Buf(xdb, d_at)),
+                        ("y", Arg::Buf(y, 0)),
+                    ],
+                    _ => vec![("w", Arg::Buf(wb, 0)), ("x", Arg::Buf(xb, x_at)), ("y", Arg::Buf(y, 0))],
+                };
+                cpu.call(&spec, &args).expect("runs");
+                let mut out = vec![0u8; (window * rows * 4) as usize];
+                cpu.read(y, 0, &mut out).expect("in bounds");
+                out.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+            };
+            let single: Vec<Vec<u32>> = (0..MAX_WINDOW).map(|j| run(&mut cpu, 1, j)).collect();
+            for window in 2..=MAX_WINDOW {
+                let got = run(&mut cpu, window, 0);
+                for (j, want) in single.iter().enumerate().take(window as usize) {
+                    let column = &got[j * rows as usize..(j + 1) * rows as usize];
+                    assert_eq!(column, &want[..], "{quant} {int8:?}: window {window}, column {j}");
+                }
+            }
+        }
+    }
+}
 
 /// A code edit (the answer copies the prompt's code, where n-gram drafts pay) and a
 /// prose prompt. The CPU reference is slow (2 cores in CI): runs are short.
