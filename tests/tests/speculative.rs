@@ -45,7 +45,7 @@ fn window_columns_equal_single_token_products() {
         let wb = upload(&mut cpu, &w);
         for int8 in [Int8Dot::Never, Int8Dot::Always] {
             let options = Options { int8, ..Options::default() };
-            let mut run = |cpu: &mut Cpu, window: u32, column: u32| -> Vec<u32> {
+            let run = |cpu: &mut Cpu, window: u32, column: u32| -> Vec<u32> {
                 let spec = rules::kernel_with(Op::Gemv { quant, rows, cols, window }, &target, &options);
                 let (q_at, d_at, x_at) =
                     ((column * cols) as usize, (column * cols / 16) as usize * 4, (column * cols * 4) as usize);
