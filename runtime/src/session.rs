@@ -190,6 +190,9 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
     let desc = ModelDesc::from_pack(&pack).map_err(|e| RunError::Other(e.to_string()))?;
     let tokenizer =
         Tokenizer::from_pack(&pack).map_err(|e| RunError::Other(format!("{}: {e}", pack_path.display())))?;
+    if opts.draft_pack.is_some() && !opts.spec.enabled() {
+        return Err(RunError::Other("a draft pack drafts for speculative decoding: add --spec T (2 to 16)".into()));
+    }
     let mut backend = open_backend(opts.backend)?;
     let device = backend.info();
     report(Event::Device(&device));
@@ -217,7 +220,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
     let model =
         Model::load(&pack, backend, kernels, n_ctx, window, opts.slots, &mut |d, t| report(Event::Upload(d, t)))?;
     let draft = match &opts.draft_pack {
-        Some(path) if opts.spec.enabled() => {
+        Some(path) => {
             let draft_opts = OpenOptions {
                 artifacts: opts.draft_artifacts.clone(),
                 ctx: Some(n_ctx),
@@ -229,7 +232,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
             let drafter = open(path, &draft_opts, report).map_err(|e| RunError::Other(format!("draft pack: {e}")))?;
             Some(DraftModel::new(drafter, &tokenizer, opts.slots)?)
         }
-        _ => None,
+        None => None,
     };
     Ok(Session { model, tokenizer: Arc::new(tokenizer), device, artifacts: art, spec: opts.spec, draft })
 }

@@ -58,6 +58,16 @@ fn int8_products_quantize_each_input_once_and_stay_close_to_float() {
     assert!(names.iter().any(|n| n.starts_with("quantize_q8_")), "{names:?}");
     assert!(names.iter().any(|n| n.starts_with("gemv_iq2_xs_")), "{names:?}");
     assert!(report.kernels.iter().all(|k| k.bytes > 0 && k.seconds > 0.0));
+
+    // With windows: every per-tensor product shape at windows 1 to 16, window 1 first,
+    // each window reading the weights once and its own columns.
+    let report = s.model.bench_kernels_with(1, true).expect("benchmarks windows");
+    assert!(!report.windows.is_empty());
+    for sweep in &report.windows {
+        let windows: Vec<u32> = sweep.timings.iter().map(|k| k.window).collect();
+        assert_eq!(windows, (1..=16).collect::<Vec<u32>>(), "{}", sweep.base);
+        assert!(sweep.timings.windows(2).all(|p| p[1].bytes > p[0].bytes), "{}", sweep.base);
+    }
 }
 
 #[test]

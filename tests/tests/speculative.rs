@@ -206,6 +206,10 @@ fn a_draft_model_keeps_greedy_output_and_another_vocabulary_is_refused() {
     };
     let e = session::open(&model, &opts, &mut |_| {}).err().expect("refused").to_string();
     assert!(e.contains("draft") && e.contains("vocabulary"), "{e}");
+    // A draft pack without speculation is a mistake, said as such.
+    let opts = OpenOptions { spec: SpecConfig::OFF, draft_pack: Some(weak), ..opts };
+    let e = session::open(&model, &opts, &mut |_| {}).err().expect("refused").to_string();
+    assert!(e.contains("--spec"), "{e}");
 }
 
 #[test]
