@@ -38,6 +38,29 @@ STRATA_DEVICE void strata_quantize_chunk(float v, u8* STRATA_RESTRICT xq, float*
     }
 }
 
+// An order-preserving key of a score: a larger float has a larger key (-0 counts as +0).
+STRATA_DEVICE u32 strata_score_key(float s) {
+    const u32 bits = __builtin_bit_cast(u32, s + 0.0f);
+    return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+// The sum of v over the threads before `tid` of a block of n, through scan[2n] in shared
+// memory (a Hillis-Steele scan, ping-ponging its halves); every thread of the block calls it.
+STRATA_DEVICE u32 strata_block_exclusive_sum(u32 v, u32* scan, u32 tid, u32 n) {
+    u32 src = 0;
+    scan[tid] = v;
+    strata_barrier();
+    for (u32 off = 1; off < n; off <<= 1) {
+        const u32 dst = src ^ n;
+        scan[dst + tid] = scan[src + tid] + (tid >= off ? scan[src + tid - off] : 0u);
+        src = dst;
+        strata_barrier();
+    }
+    const u32 before = scan[src + tid] - v;
+    strata_barrier();
+    return before;
+}
+
 // Little-endian loads from byte addresses of any alignment.
 STRATA_DEVICE u32 strata_ld16(const u8* p) { return (u32)p[0] | ((u32)p[1] << 8); }
 STRATA_DEVICE u32 strata_ld32(const u8* p) {

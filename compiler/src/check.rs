@@ -239,19 +239,57 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
                 format!("heads of {head_dim} with {rope_dims} rotating, taken in pairs"),
             );
         }
-        (Op::Attention { heads, kv_heads, head_dim, .. }, _) => {
+        (Op::Attention { heads, kv_heads, head_dim, block, .. }, tuning) => {
             if *kv_heads == 0 || heads % kv_heads != 0 {
                 fail("query heads per KV head", format!("{heads}/{kv_heads}"), "they must divide evenly".into());
             }
-            if grid_x != u64::from(*heads) {
-                fail("blocks", grid_x.to_string(), format!("there is one block per head ({heads})"));
+            if grid_x != u64::from(*kv_heads) {
+                fail("blocks", grid_x.to_string(), format!("there is one block per KV head ({kv_heads})"));
             }
-            let needed = l.waves * (2 + head_dim) * 4;
+            let Tuning::Attention(t) = tuning else {
+                fail("tuning", "missing".into(), "attention needs its split rule".into());
+                return errors;
+            };
+            if l.grid[2] != Dim::Fixed(t.splits) || t.split_blocks == 0 || *block == 0 {
+                fail(
+                    "splits",
+                    format!("grid z {:?}, {} blocks a split, blocks of {block}", l.grid[2], t.split_blocks),
+                    format!("grid z must be the {} splits, each of at least one block", t.splits),
+                );
+            }
+            let group = heads / (*kv_heads).max(1);
+            let needed = (group * head_dim + l.waves * (group + 1) * l.wave_size + l.waves * group * (2 + head_dim)) * 4;
             if needed != l.shared_bytes {
                 fail(
                     "declared shared memory",
                     format!("{} bytes", l.shared_bytes),
-                    format!("per-wave softmax state needs {needed}"),
+                    format!("queries, tile weights and per-wave softmax states need {needed}"),
+                );
+            }
+        }
+        (Op::AttentionMerge { head_dim, .. }, _) if l.threads < *head_dim => {
+            fail("threads", l.threads.to_string(), format!("one a dimension of {head_dim}"));
+        }
+        (Op::QsaScore { heads, kv_heads, head_dim, .. }, _) => {
+            if *kv_heads == 0 || heads % kv_heads != 0 {
+                fail("query heads per KV head", format!("{heads}/{kv_heads}"), "they must divide evenly".into());
+            }
+            let queries = crate::plan::rules::qsa_tokens_per_tile(*heads, *kv_heads) * (heads / (*kv_heads).max(1));
+            if l.shared_bytes != queries * head_dim * 4 {
+                fail(
+                    "declared shared memory",
+                    format!("{} bytes", l.shared_bytes),
+                    format!("a tile of {queries} queries of {head_dim} needs {}", queries * head_dim * 4),
+                );
+            }
+        }
+        (Op::QsaSelect { .. }, _) => {
+            let needed = (crate::plan::rules::QSA_SELECT_BINS + 2 * l.threads + 4) * 4;
+            if l.threads < crate::plan::rules::QSA_SELECT_BINS || l.shared_bytes != needed {
+                fail(
+                    "threads and shared memory",
+                    format!("{} threads, {} bytes", l.threads, l.shared_bytes),
+                    format!("a thread per radix bin ({}) and {needed} bytes", crate::plan::rules::QSA_SELECT_BINS),
                 );
             }
         }

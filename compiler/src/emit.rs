@@ -13,7 +13,7 @@ use handlebars::Handlebars;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::plan::{Dim, Extent, Fault, KernelSpec, Op, Plan, RopeStyle, Tuning};
+use crate::plan::{Dim, Extent, Fault, KernelSpec, MAX_WINDOW, Op, Plan, RopeStyle, Tuning};
 use crate::quant::{GgmlType, grids};
 use crate::target::{Target, Vendor};
 
@@ -62,6 +62,9 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("ops/add", include_str!("../../templates/ops/add.cu.hbs")),
     ("ops/embed", include_str!("../../templates/ops/embed.cu.hbs")),
     ("ops/attention", include_str!("../../templates/ops/attention.cu.hbs")),
+    ("ops/attention_merge", include_str!("../../templates/ops/attention_merge.cu.hbs")),
+    ("ops/qsa_score", include_str!("../../templates/ops/qsa_score.cu.hbs")),
+    ("ops/qsa_select", include_str!("../../templates/ops/qsa_select.cu.hbs")),
     ("ops/softmax", include_str!("../../templates/ops/softmax.cu.hbs")),
     ("ops/argmax", include_str!("../../templates/ops/argmax.cu.hbs")),
     ("quant/f32", include_str!("../../templates/quant/f32.cuh")),
@@ -342,7 +345,7 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
         Op::AddRmsNorm { n, eps, q8 } => {
             json!({ "n": n, "eps": c_float(*eps), "q8": q8, "per_thread": n.div_ceil(l.threads) })
         }
-        Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
+        Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims, block } => {
             let rope_half = rope_dims / 2;
             let (a, b, pairing) = match style {
                 RopeStyle::Normal => ("2u * i".to_owned(), "2u * i + 1u".to_owned(), "adjacent elements (2i, 2i+1)"),
@@ -351,7 +354,7 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
             json!({
                 "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "half": head_dim / 2,
                 "rope_dims": rope_dims, "rope_half": rope_half, "kv_width": kv_heads * head_dim,
-                "pair_a": a, "pair_b": b, "pairing": pairing,
+                "pair_a": a, "pair_b": b, "pairing": pairing, "block": block,
             })
         }
         Op::SiluMul { n, q8 } => json!({ "n": n, "q8": q8 }),
@@ -364,11 +367,31 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
             "row_bytes": quant.row_bytes(u64::from(*cols)).unwrap_or(0),
             "table_len": fixed(spec, "table"),
         }),
-        Op::Attention { heads, kv_heads, head_dim, scale } => json!({
-            "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim,
-            "group": heads / kv_heads, "kv_width": kv_heads * head_dim,
-            "per_lane": head_dim.div_ceil(target.device.wave_size),
-            "scale": c_float(*scale),
+        Op::Attention { heads, kv_heads, head_dim, scale, block, sparse } => {
+            let Tuning::Attention(t) = &spec.tuning else { return ctx };
+            json!({
+                "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "block": block, "sparse": sparse,
+                "group": heads / kv_heads, "kv_width": kv_heads * head_dim,
+                "per_lane": head_dim.div_ceil(target.device.wave_size),
+                "scale": c_float(*scale), "splits": t.splits, "split_blocks": t.split_blocks,
+                "state": head_dim + 2, "max_window": MAX_WINDOW, "vec8": head_dim % 8 == 0,
+            })
+        }
+        Op::AttentionMerge { heads, head_dim } => {
+            let Tuning::Attention(t) = &spec.tuning else { return ctx };
+            json!({ "heads": heads, "head_dim": head_dim, "splits": t.splits, "state": head_dim + 2 })
+        }
+        Op::QsaScore { heads, kv_heads, head_dim, block } => {
+            let group = heads / kv_heads;
+            let tile = crate::plan::rules::qsa_tokens_per_tile(*heads, *kv_heads);
+            json!({
+                "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "block": block, "group": group,
+                "tile_tokens": tile, "tile_queries": tile * group, "max_window": MAX_WINDOW,
+            })
+        }
+        Op::QsaSelect { kv_heads, block } => json!({
+            "kv_heads": kv_heads, "block": block, "bins": crate::plan::rules::QSA_SELECT_BINS,
+            "max_window": MAX_WINDOW,
         }),
         Op::Softmax { n } | Op::Argmax { n } => json!({ "n": n }),
     };

@@ -167,17 +167,36 @@ pub fn perplexity(s: &mut Session, tokens: &[u32], ctx: usize) -> Result<(f64, u
 /// mean of `reps` runs after one warm-up. Token ids are arbitrary; speed does not
 /// depend on them. Returns (prompt tokens/s, decode tokens/s).
 pub fn bench(s: &mut Session, pp: usize, tg: usize, reps: usize) -> Result<(f64, f64), RunError> {
+    bench_at(s, pp, tg, reps, 0)
+}
+
+/// [`bench`] with decoding from `depth` KV positions filled synthetically
+/// ([`crate::model::Model::fill_context`]), as llama-bench's `-d` measures decoding deep
+/// in a context; `depth` > 0 needs `pp` = 0.
+pub fn bench_at(s: &mut Session, pp: usize, tg: usize, reps: usize, depth: u32) -> Result<(f64, f64), RunError> {
+    if depth > 0 && pp > 0 {
+        return Err(RunError::Other("decoding at a depth is timed alone: add -p 0".into()));
+    }
     let vocab = s.model.desc.vocab as usize;
     let tokens: Vec<u32> = (0..pp.max(1)).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
-    let tg = tg.min(s.model.n_ctx() as usize);
+    let tg = tg.min((s.model.n_ctx() - depth.min(s.model.n_ctx())) as usize);
     let (mut pp_time, mut tg_time) = (Duration::ZERO, Duration::ZERO);
+    if depth > 0 {
+        s.model.reset();
+        s.model.fill_context(depth, 1)?;
+    }
     for rep in 0..=reps {
-        s.model.reset();
-        let start = Instant::now();
-        prefill(s, &tokens)?;
-        s.model.argmax(1)?;
-        let prefill_time = start.elapsed();
-        s.model.reset();
+        let mut prefill_time = Duration::ZERO;
+        if depth == 0 {
+            s.model.reset();
+            let start = Instant::now();
+            prefill(s, &tokens)?;
+            s.model.argmax(1)?;
+            prefill_time = start.elapsed();
+            s.model.reset();
+        } else {
+            s.model.rewind(depth)?;
+        }
         let start = Instant::now();
         let mut next = tokens[0];
         for _ in 0..tg {
@@ -189,7 +208,8 @@ pub fn bench(s: &mut Session, pp: usize, tg: usize, reps: usize) -> Result<(f64,
         }
     }
     let reps = reps.max(1) as f64;
-    Ok((tokens.len() as f64 * reps / pp_time.as_secs_f64(), tg as f64 * reps / tg_time.as_secs_f64()))
+    let pp_rate = if depth == 0 { tokens.len() as f64 * reps / pp_time.as_secs_f64() } else { 0.0 };
+    Ok((pp_rate, tg as f64 * reps / tg_time.as_secs_f64()))
 }
 
 /// llama.cpp's figures for the same measurement, from its `llama-bench` binary at

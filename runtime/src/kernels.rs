@@ -29,6 +29,15 @@ impl Kernels {
         Kernels { by_name: HashMap::new(), on_demand: Some((target, Options { int8, ..Options::default() })) }
     }
 
+    /// Kernels planned on demand with QSA blocks of `block` positions (the target's rule
+    /// when `None`); compiled kernels keep theirs.
+    pub fn with_qsa_block(mut self, block: Option<u32>) -> Kernels {
+        if let Some((_, options)) = &mut self.on_demand {
+            options.qsa_block = block.or(options.qsa_block);
+        }
+        self
+    }
+
     /// The record of `op`.
     pub fn get(&mut self, op: &Op) -> Result<KernelSpec, RunError> {
         let name = op.kernel_name();
@@ -50,6 +59,18 @@ impl Kernels {
     /// The kernels known so far (all compiled ones; those planned on demand once asked for).
     pub fn specs(&self) -> impl Iterator<Item = &KernelSpec> {
         self.by_name.values()
+    }
+
+    /// KV positions per QSA block these kernels were planned with (their key summaries'
+    /// granularity): the compiled rope_store's, or the target's rule when planning here.
+    pub fn qsa_block(&self) -> Option<u32> {
+        if let Some((target, options)) = &self.on_demand {
+            return Some(options.qsa_block.unwrap_or_else(|| rules::qsa_block(target)));
+        }
+        self.by_name.values().find_map(|k| match k.op {
+            Op::RopeStore { block, .. } => Some(block),
+            _ => None,
+        })
     }
 
     /// Whether a compiled kernel of this op exists (always true when planned on demand).

@@ -19,10 +19,13 @@ use strata_compiler::quant::{self as random, GgmlType};
 use crate::backend::cpu::Cpu;
 use crate::backend::{Arg, Backend, DeviceInfo, RunError};
 
-/// Position the test's KV windows start at (inside the test context).
-const TEST_POS: i32 = 7;
+/// Position the test's KV windows start at (inside the test context): far enough in for
+/// attention to take several splits and QSA to choose among a dozen blocks.
+const TEST_POS: i32 = 200;
 /// Context the tests run with.
-const TEST_CTX: u32 = 40;
+const TEST_CTX: u32 = 320;
+/// Blocks QSA keeps in the selection tests (and lists in the sparse attention tests).
+const TEST_BUDGET: u32 = 4;
 
 /// The outcome of one kernel's test.
 #[derive(Clone, Debug)]
@@ -60,21 +63,27 @@ impl Outcome {
 /// Per-op tolerance, relative to the largest reference magnitude of the output.
 fn tolerance(op: &Op) -> f64 {
     match op {
-        Op::Gemv { .. } | Op::Attention { .. } => 2e-4,
+        Op::Gemv { .. } | Op::Attention { .. } | Op::AttentionMerge { .. } => 2e-4,
         Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::Softmax { .. } => 1e-4,
         // f16 cache entries may round to the neighbouring value.
         Op::RopeStore { .. } => 1e-3,
         Op::SiluMul { .. } | Op::Add { .. } | Op::Embed { .. } => 1e-5,
         // The same float operations as the CPU's: bit for bit.
-        Op::Argmax { .. } | Op::QuantizeQ8 { .. } => 0.0,
+        Op::Argmax { .. } | Op::QuantizeQ8 { .. } | Op::QsaScore { .. } | Op::QsaSelect { .. } => 0.0,
     }
 }
 
 /// The scalar value a test launch uses.
 fn test_scalar(spec: &KernelSpec, name: &str) -> u32 {
+    let block = match spec.op {
+        Op::RopeStore { block, .. } | Op::Attention { block, .. } | Op::QsaScore { block, .. } | Op::QsaSelect { block, .. } => block,
+        _ => 1,
+    };
     let v = match name {
         "rows" | "tokens" => 3,
         "n_ctx" => TEST_CTX,
+        "n_blocks" => TEST_CTX.div_ceil(block),
+        "budget" => TEST_BUDGET,
         _ => 1,
     };
     let max = spec.scalars.iter().find(|s| s.name == name).map_or(v, |s| s.max);
@@ -91,6 +100,33 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
         let x = random::random_floats(&mut ChaCha8Rng::seed_from_u64(0xac71), floats, 1.0);
         let (xq, xd) = crate::backend::cpu::quantize_q8(&x);
         return Ok(if b.name == "xq" { xq } else { xd.iter().flat_map(|v| v.to_le_bytes()).collect() });
+    }
+    // Sparse attention's block lists: TEST_BUDGET blocks per (token, KV head), every
+    // other one back from the token's newest, in ascending order.
+    if let Op::Attention { kv_heads, block, sparse: true, .. } = spec.op
+        && (b.name == "list" || b.name == "count")
+    {
+        let n_blocks = test_scalar(spec, "n_blocks") as usize;
+        let mut list = vec![0i32; n];
+        let mut count = vec![0i32; n];
+        for t in 0..test_scalar(spec, "tokens") as usize {
+            let newest = (TEST_POS as usize + t) / block as usize;
+            for kvh in 0..kv_heads as usize {
+                let mut chosen: Vec<i32> = (0..TEST_BUDGET as usize).filter_map(|i| newest.checked_sub(2 * i)).map(|b| b as i32).collect();
+                chosen.sort_unstable();
+                let row = (t * kv_heads as usize + kvh) * n_blocks;
+                list[row..row + chosen.len()].copy_from_slice(&chosen);
+                count[t * kv_heads as usize + kvh] = chosen.len() as i32;
+            }
+        }
+        let ints = if b.name == "list" { list } else { count };
+        return Ok(ints.iter().flat_map(|v| v.to_le_bytes()).collect());
+    }
+    // The merge's split counts: 1 to the most there are.
+    if let (Op::AttentionMerge { .. }, strata_compiler::plan::Tuning::Attention(t)) = (&spec.op, &spec.tuning)
+        && b.name == "splits"
+    {
+        return Ok((0..n).flat_map(|_| (rng.random_range(1..=t.splits) as i32).to_le_bytes()).collect());
     }
     Ok(match b.elem {
         Elem::F32 => random::random_floats(rng, n, 1.0).iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -205,9 +241,15 @@ pub fn test_kernel(
         let exact = own_q8.is_some() && (name == "xq" || name == "xd");
         let tolerance = if exact { 0.0 } else { tolerance };
         let (got, want) = (values(elem, got), values(elem, &want));
-        let scale = want.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
+        let scale = want.iter().filter(|v| v.is_finite()).fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            let err = if g.is_nan() != w.is_nan() { f64::INFINITY } else { (g - w).abs() / scale };
+            let err = if g == w {
+                0.0
+            } else if g.is_nan() != w.is_nan() || !g.is_finite() || !w.is_finite() {
+                f64::INFINITY
+            } else {
+                (g - w).abs() / scale
+            };
             if err.is_nan() {
                 continue; // both NaN
             }

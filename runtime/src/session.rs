@@ -18,7 +18,7 @@ use crate::backend::cuda::{self, Cuda};
 use crate::backend::hip::Hip;
 use crate::backend::{Backend, DeviceInfo, RunError};
 use crate::kernels::Kernels;
-use crate::model::Model;
+use crate::model::{Model, QsaConfig};
 use crate::selftest::{self, Outcome};
 use crate::spec::SpecConfig;
 use crate::spec::draft::DraftModel;
@@ -73,6 +73,8 @@ pub struct OpenOptions {
     pub draft_pack: Option<PathBuf>,
     /// The draft pack's compiled artifacts (compiled into the cache when absent).
     pub draft_artifacts: Option<PathBuf>,
+    /// Query-aware sparse attention for decode passes past the budget.
+    pub qsa: QsaConfig,
 }
 
 impl Default for OpenOptions {
@@ -89,6 +91,7 @@ impl Default for OpenOptions {
             spec: SpecConfig::OFF,
             draft_pack: None,
             draft_artifacts: None,
+            qsa: QsaConfig::OFF,
         }
     }
 }
@@ -160,7 +163,7 @@ pub fn prepare_device(
             artifacts::compile_for_device(
                 pack,
                 &device,
-                Options { int8: opts.int8, spec, ..Options::default() },
+                Options { int8: opts.int8, spec, qsa_block: opts.qsa.block, ..Options::default() },
                 &mut |s| report(Event::Compile(s)),
             )?
         }
@@ -201,7 +204,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
     let wanted = opts.prefill.max(opts.spec.window).max(1);
     let (kernels, window, art) = if device.backend == "cpu" {
         let target = Target::load("sm_90").map_err(|e| RunError::Other(e.to_string()))?;
-        (Kernels::planned(target, opts.int8), wanted, None)
+        (Kernels::planned(target, opts.int8).with_qsa_block(opts.qsa.block), wanted, None)
     } else {
         let art = prepare_device(&pack, backend.as_mut(), opts, report)?;
         let compiled = art.manifest.options.spec.clamp(1, MAX_WINDOW);
@@ -217,8 +220,9 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
         let kernels = Kernels::compiled(art.manifest.kernels.iter().map(|k| k.spec.clone()));
         (kernels, wanted.min(compiled), Some(art))
     };
-    let model =
+    let mut model =
         Model::load(&pack, backend, kernels, n_ctx, window, opts.slots, &mut |d, t| report(Event::Upload(d, t)))?;
+    model.set_qsa(opts.qsa)?;
     let draft = match &opts.draft_pack {
         Some(path) => {
             let draft_opts = OpenOptions {
@@ -227,6 +231,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
                 spec: SpecConfig::OFF,
                 draft_pack: None,
                 draft_artifacts: None,
+                qsa: QsaConfig::OFF,
                 ..opts.clone()
             };
             let drafter = open(path, &draft_opts, report).map_err(|e| RunError::Other(format!("draft pack: {e}")))?;

@@ -13,6 +13,7 @@
 STRATA_DEVICE u32 strata_thread(void) { return __nvvm_read_ptx_sreg_tid_x(); }
 STRATA_DEVICE u32 strata_block_x(void) { return __nvvm_read_ptx_sreg_ctaid_x(); }
 STRATA_DEVICE u32 strata_block_y(void) { return __nvvm_read_ptx_sreg_ctaid_y(); }
+STRATA_DEVICE u32 strata_block_z(void) { return __nvvm_read_ptx_sreg_ctaid_z(); }
 // bar.sync 0: block-wide barrier with shared-memory ordering (CUDA's __syncthreads).
 STRATA_DEVICE void strata_barrier(void) { __nvvm_barrier_sync(0); }
 // bar.warp.sync: the wave's lanes meet, with shared-memory ordering among them.

@@ -11,6 +11,7 @@
 STRATA_DEVICE u32 strata_thread(void) { return __builtin_amdgcn_workitem_id_x(); }
 STRATA_DEVICE u32 strata_block_x(void) { return __builtin_amdgcn_workgroup_id_x(); }
 STRATA_DEVICE u32 strata_block_y(void) { return __builtin_amdgcn_workgroup_id_y(); }
+STRATA_DEVICE u32 strata_block_z(void) { return __builtin_amdgcn_workgroup_id_z(); }
 // s_barrier between a work-group release and acquire fence (HIP's __syncthreads).
 STRATA_DEVICE void strata_barrier(void) {
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");

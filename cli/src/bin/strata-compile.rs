@@ -65,6 +65,10 @@ struct CompileArgs {
     /// sweeps; capped in wide verify windows).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
     q8_rows: Option<u32>,
+    /// KV positions per QSA block: the granularity of the key summaries and of sparse
+    /// attention's selection (default: the target's, 16).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    qsa_block: Option<u32>,
     /// Test only: plant a fault (`wrong:KERNEL` or `hang:KERNEL`) to prove the
     /// runtime's self-test and watchdog catch it.
     #[arg(long, hide = true, value_parser = Fault::parse)]
@@ -230,7 +234,14 @@ fn compile(args: CompileArgs) -> Result<()> {
     let pack = Pack::open(&pack)?;
     let tools = Toolchain::discover()?;
     let options =
-        Options { spec: args.spec, checked: args.checked, fault: args.fault, int8: args.int8, q8_rows: args.q8_rows };
+        Options {
+            spec: args.spec,
+            checked: args.checked,
+            fault: args.fault,
+            int8: args.int8,
+            q8_rows: args.q8_rows,
+            qsa_block: args.qsa_block,
+        };
     let request = Request {
         pack: &pack,
         target: &target,

@@ -14,6 +14,7 @@ use strata_compiler::plan::Int8Dot;
 use strata_runtime::backend::RunError;
 use strata_runtime::chat::{self, Message};
 use strata_runtime::generate;
+use strata_runtime::model::QsaConfig;
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher};
 use strata_runtime::session::{self, BackendChoice, Event, OpenOptions, SelfTest, Session};
 use strata_runtime::spec::SpecConfig;
@@ -112,6 +113,20 @@ enum Command {
         /// print the ratios.
         #[arg(long, value_name = "PATH")]
         llama_bench: Option<PathBuf>,
+        /// Decode from this many KV positions, filled with synthetic keys and values
+        /// (llama-bench's -d; needs -p 0).
+        #[arg(long, default_value_t = 0)]
+        depth: u32,
+        /// Instead: time one layer's attention of a decode token at each of --contexts,
+        /// dense and with QSA at each of --qsa-budgets.
+        #[arg(long)]
+        attention: bool,
+        /// Context depths for --attention.
+        #[arg(long, value_delimiter = ',', default_values_t = [8192u32, 32768, 131072])]
+        contexts: Vec<u32>,
+        /// QSA budgets (tokens) for --attention.
+        #[arg(long, value_delimiter = ',', default_values_t = [2048u32, 4096])]
+        qsa_budgets: Vec<u32>,
     },
     /// Serves an OpenAI-compatible API (`/v1/chat/completions`, `/v1/completions`,
     /// `/v1/models`, `/health`, `/metrics`).
@@ -182,6 +197,21 @@ struct OpenArgs {
     /// The draft pack's compiled artifacts (default: compiled into the cache).
     #[arg(long, value_name = "DIR")]
     draft_artifacts: Option<PathBuf>,
+    /// Query-aware sparse attention (Quest) for decoding past --qsa-budget tokens: on or off.
+    #[arg(long, value_enum, default_value_t = Switch::Off)]
+    qsa: Switch,
+    /// KV positions each token attends to per KV head with --qsa on (a multiple of the block).
+    #[arg(long, default_value_t = strata_runtime::model::qsa::DEFAULT_BUDGET)]
+    qsa_budget: u32,
+    /// KV positions per QSA block; must be the compiled one (strata-compile --qsa-block).
+    #[arg(long)]
+    qsa_block: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 #[derive(Args)]
@@ -237,6 +267,7 @@ fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOption
         spec: SpecConfig { window: args.spec, ngram: args.spec_ngram as usize, draft_max: args.spec_draft_max },
         draft_pack: args.draft_pack.clone(),
         draft_artifacts: args.draft_artifacts.clone(),
+        qsa: QsaConfig { enabled: args.qsa == Switch::On, budget: args.qsa_budget, block: args.qsa_block },
     }
 }
 
@@ -389,14 +420,39 @@ fn run(cli: Cli) -> Result<()> {
             println!("perplexity {ppl:.4} over {scored} tokens (windows of {window})");
             Ok(())
         }
-        Command::Bench { open: o, prompt_tokens, gen_tokens, reps, kernels, windows, llama_bench } => {
+        Command::Bench {
+            open: o,
+            prompt_tokens,
+            gen_tokens,
+            reps,
+            kernels,
+            windows,
+            llama_bench,
+            depth,
+            attention,
+            contexts,
+            qsa_budgets,
+        } => {
             let mut s = open(&o, SelfTest::Auto, false, 1)?;
-            let (pp, tg) = generate::bench(&mut s, prompt_tokens, gen_tokens, reps)?;
-            println!(
-                "pp{prompt_tokens} {pp:.1} t/s  tg{gen_tokens} {tg:.1} t/s  ({}, window {})",
-                s.device.name,
-                s.model.window()
-            );
+            if attention {
+                println!("{:>9} {:>14} {:>14}", "context", "attention", "per layer");
+                for t in s.model.bench_attention(&contexts, &qsa_budgets, 20)? {
+                    let kind = t.budget.map_or("dense".to_string(), |b| format!("qsa {b}"));
+                    println!("{:>9} {kind:>14} {:>11.2} us", t.context, t.seconds * 1e6);
+                }
+                return Ok(());
+            }
+            let (pp, tg) = generate::bench_at(&mut s, prompt_tokens, gen_tokens, reps, depth)?;
+            let qsa = if o.qsa == Switch::On { format!(", qsa {}", o.qsa_budget) } else { String::new() };
+            if depth > 0 {
+                println!("tg{gen_tokens} @ d{depth} {tg:.1} t/s  ({}, window {}{qsa})", s.device.name, s.model.window());
+            } else {
+                println!(
+                    "pp{prompt_tokens} {pp:.1} t/s  tg{gen_tokens} {tg:.1} t/s  ({}, window {}{qsa})",
+                    s.device.name,
+                    s.model.window()
+                );
+            }
             if kernels {
                 // After the passes above, so that kernels planned on demand (CPU) are known.
                 let report = s.model.bench_kernels_with(100, windows)?;

@@ -39,11 +39,15 @@ pub struct Options {
     /// Rows per wave of the int8 GEMVs instead of the rule's (for tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub q8_rows: Option<u32>,
+    /// KV positions per QSA block instead of the target's rule ([`rules::qsa_block`]):
+    /// the granularity of the key summaries and of sparse attention's selection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qsa_block: Option<u32>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { spec: 4, checked: false, fault: None, int8: Int8Dot::Auto, q8_rows: None }
+        Options { spec: 4, checked: false, fault: None, int8: Int8Dot::Auto, q8_rows: None, qsa_block: None }
     }
 }
 
@@ -166,6 +170,12 @@ pub enum Op {
     /// everything between the projections and attention. Angles come from a
     /// host-computed (cos, sin) table; the position from a device buffer, so a captured
     /// decode step replays as is.
+    ///
+    /// It also keeps QSA's key summaries: for every `block`-position KV block the window
+    /// writes into, the element-wise min and max over that block's keys so far (positions
+    /// `block·b` to the window's last), per KV head, recomputed whole from the cache. A
+    /// rewound position is therefore never in a summary once it is overwritten, and every
+    /// block before the current one is summarized exactly.
     RopeStore {
         /// Pairing.
         style: RopeStyle,
@@ -177,6 +187,8 @@ pub enum Op {
         head_dim: u32,
         /// Leading dimensions of each head that rotate.
         rope_dims: u32,
+        /// KV positions per summary block.
+        block: u32,
     },
     /// `y[i] = silu(gate[i]) · up[i]` over rows of `n`.
     SiluMul {
@@ -203,8 +215,17 @@ pub enum Op {
         /// Table rows.
         vocab: u32,
     },
-    /// Decode attention of each token of a window at `pos[0]`, one query per head, over
-    /// the f16 KV cache, causal (token `t` sees positions up to `pos[0] + t`; grouped-query).
+    /// Attention of each token of a window at `pos[0]`, one query per head, over the f16
+    /// KV cache, causal (token `t` sees positions up to `pos[0] + t`; grouped-query), split
+    /// over the KV positions (flash decoding): block (KV head, token, split) writes each
+    /// query head's partial softmax state `[max, sum, acc[head_dim]]` for its share, and
+    /// [`Op::AttentionMerge`] combines the shares.
+    ///
+    /// The positions are taken `block` at a time: with `sparse`, the blocks QSA selected
+    /// for the (token, KV head) (`list`, `count`: see [`Op::QsaSelect`]); otherwise every
+    /// block up to the token's. How many splits a token uses depends only on how many
+    /// blocks it reads (see [`AttentionTuning`]), so a token's result is the same in any
+    /// window, and selecting every block equals dense attention bit for bit.
     Attention {
         /// Query heads.
         heads: u32,
@@ -214,6 +235,45 @@ pub enum Op {
         head_dim: u32,
         /// Score scale, 1/sqrt(head_dim).
         scale: f32,
+        /// KV positions per block.
+        block: u32,
+        /// Whether it reads QSA's selected blocks.
+        sparse: bool,
+    },
+    /// Combines [`Op::Attention`]'s split partial states into each (token, head)'s output:
+    /// `Σ_s acc_s·e^(m_s−M) / Σ_s l_s·e^(m_s−M)` over the splits the token used.
+    AttentionMerge {
+        /// Query heads.
+        heads: u32,
+        /// Head length.
+        head_dim: u32,
+    },
+    /// QSA's block scores (Quest): for each token `t` of a window, KV head and KV block
+    /// `b`, the largest over the group's query heads of the bound
+    /// `U = Σ_i max(q_i·min_i, q_i·max_i)` on any `q·k` of the block, from the key
+    /// summaries [`Op::RopeStore`] keeps; the sum runs over `i` in order in f32. The first
+    /// block and the token's newest block score +∞ (always kept), blocks past it −∞.
+    /// A block's summary is read once for every query of the window.
+    QsaScore {
+        /// Query heads.
+        heads: u32,
+        /// KV heads.
+        kv_heads: u32,
+        /// Head length.
+        head_dim: u32,
+        /// KV positions per block.
+        block: u32,
+    },
+    /// QSA's selection: for each (token, KV head), the `budget` blocks of the largest
+    /// score among the token's `pos/block + 1` (ties: the lower block), listed in
+    /// ascending order, and their count; every block where there are no more than
+    /// `budget`. Each token selects for itself, so a verify window selects exactly what
+    /// decoding its tokens one by one would.
+    QsaSelect {
+        /// KV heads.
+        kv_heads: u32,
+        /// KV positions per block.
+        block: u32,
     },
     /// In-place softmax over rows of `n`.
     Softmax {
@@ -240,6 +300,9 @@ impl Op {
             Op::Add { .. } => "add",
             Op::Embed { .. } => "embed",
             Op::Attention { .. } => "attention",
+            Op::AttentionMerge { .. } => "attention_merge",
+            Op::QsaScore { .. } => "qsa_score",
+            Op::QsaSelect { .. } => "qsa_select",
             Op::Softmax { .. } => "softmax",
             Op::Argmax { .. } => "argmax",
         }
@@ -255,17 +318,25 @@ impl Op {
             Op::RmsNorm { n, .. } => format!("rmsnorm_{n}"),
             Op::AddRmsNorm { n, q8: false, .. } => format!("add_rmsnorm_{n}"),
             Op::AddRmsNorm { n, q8: true, .. } => format!("add_rmsnorm_q8_{n}"),
-            Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
+            Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims, block } => {
                 let style = if *style == RopeStyle::Neox { "neox" } else { "normal" };
                 let partial = if rope_dims == head_dim { String::new() } else { format!("_r{rope_dims}") };
-                format!("rope_store_{style}_{heads}x{kv_heads}x{head_dim}{partial}")
+                format!("rope_store_{style}_{heads}x{kv_heads}x{head_dim}{partial}_b{block}")
             }
             Op::SiluMul { n, q8: false } => format!("silu_mul_{n}"),
             Op::SiluMul { n, q8: true } => format!("silu_mul_q8_{n}"),
             Op::Add { n, broadcast: false } => format!("add_{n}"),
             Op::Add { n, broadcast: true } => format!("add_bias_{n}"),
             Op::Embed { quant, cols, vocab } => format!("embed_{}_{vocab}x{cols}", q(quant)),
-            Op::Attention { heads, kv_heads, head_dim, .. } => format!("attention_{heads}x{kv_heads}x{head_dim}"),
+            Op::Attention { heads, kv_heads, head_dim, block, sparse, .. } => {
+                let kind = if *sparse { "attention_sparse" } else { "attention" };
+                format!("{kind}_{heads}x{kv_heads}x{head_dim}_b{block}")
+            }
+            Op::AttentionMerge { heads, head_dim } => format!("attention_merge_{heads}x{head_dim}"),
+            Op::QsaScore { heads, kv_heads, head_dim, block } => {
+                format!("qsa_score_{heads}x{kv_heads}x{head_dim}_b{block}")
+            }
+            Op::QsaSelect { kv_heads, block } => format!("qsa_select_{kv_heads}_b{block}"),
             Op::Softmax { n } => format!("softmax_{n}"),
             Op::Argmax { n } => format!("argmax_{n}"),
         }
@@ -407,6 +478,27 @@ pub struct GemvQ8Tuning {
     pub table_bytes: u32,
 }
 
+/// How [`Op::Attention`] splits a token's KV blocks (see [`rules::attention`]): a token
+/// reading `n` blocks uses `s0 = min(splits, ceil(n / split_blocks))` shares of
+/// `per = ceil(n / s0)` blocks, so `ceil(n / per)` splits; [`Op::AttentionMerge`] reads
+/// the same record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttentionTuning {
+    /// Most splits of one (token, head): the partial buffer holds this many states.
+    pub splits: u32,
+    /// Fewest blocks worth a split of their own.
+    pub split_blocks: u32,
+}
+
+impl AttentionTuning {
+    /// Blocks per split and splits for a token reading `blocks` blocks.
+    pub fn shares(&self, blocks: u32) -> (u32, u32) {
+        let s0 = self.splits.min(blocks.div_ceil(self.split_blocks.max(1))).max(1);
+        let per = blocks.div_ceil(s0).max(1);
+        (per, blocks.div_ceil(per))
+    }
+}
+
 /// Per-op tuning.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -415,6 +507,8 @@ pub enum Tuning {
     Gemv(GemvTuning),
     /// Int8-dot GEMV tuning.
     GemvQ8(GemvQ8Tuning),
+    /// Attention's split of the KV positions.
+    Attention(AttentionTuning),
     /// Block-per-row or elementwise ops need only their thread count (in `Launch`).
     None {},
 }
@@ -454,6 +548,9 @@ pub enum PlanError {
     /// `--spec` out of range.
     #[error("--spec {0} is out of range (0 or 1 for off, 2 to {MAX_WINDOW})")]
     Spec(u32),
+    /// `--qsa-block` out of range.
+    #[error("--qsa-block {0} is out of range (1 to {max} KV positions)", max = rules::MAX_QSA_BLOCK)]
+    QsaBlock(u32),
     /// A fault names a kernel the plan does not have.
     #[error("fault: the plan has no kernel {0}")]
     FaultKernel(String),
@@ -508,6 +605,11 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
 
     let embd = pack.tensor("token_embd.weight").map(|t| t.ty).unwrap_or(GgmlType::F32);
     let style = if model.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
+    let block = options.qsa_block.unwrap_or_else(|| rules::qsa_block(target));
+    if !(1..=rules::MAX_QSA_BLOCK).contains(&block) {
+        return Err(PlanError::QsaBlock(block));
+    }
+    let scale = 1.0 / (model.head_dim_k as f32).sqrt();
     let ffn = model.experts.map_or(model.ffn, |x| x.ffn);
     ops.extend([
         Op::Embed { quant: embd, cols: model.embd, vocab: model.vocab },
@@ -519,13 +621,13 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
             kv_heads: model.kv_heads,
             head_dim: model.head_dim_k,
             rope_dims: model.rope_dims,
+            block,
         },
-        Op::Attention {
-            heads: model.heads,
-            kv_heads: model.kv_heads,
-            head_dim: model.head_dim_k,
-            scale: 1.0 / (model.head_dim_k as f32).sqrt(),
-        },
+        Op::Attention { heads: model.heads, kv_heads: model.kv_heads, head_dim: model.head_dim_k, scale, block, sparse: false },
+        Op::Attention { heads: model.heads, kv_heads: model.kv_heads, head_dim: model.head_dim_k, scale, block, sparse: true },
+        Op::AttentionMerge { heads: model.heads, head_dim: model.head_dim_k },
+        Op::QsaScore { heads: model.heads, kv_heads: model.kv_heads, head_dim: model.head_dim_k, block },
+        Op::QsaSelect { kv_heads: model.kv_heads, block },
         Op::SiluMul { n: ffn, q8: false },
         Op::Add { n: model.embd, broadcast: false },
         Op::Softmax { n: model.vocab },

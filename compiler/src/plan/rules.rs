@@ -6,7 +6,8 @@
 //! be good.
 
 use super::{
-    Buffer, Dim, Elem, Extent, GemvQ8Tuning, GemvTuning, Int8Dot, KernelSpec, Launch, Op, Options, Scalar, Tuning,
+    AttentionTuning, Buffer, Dim, Elem, Extent, GemvQ8Tuning, GemvTuning, Int8Dot, KernelSpec, Launch, MAX_WINDOW, Op,
+    Options, Scalar, Tuning,
 };
 use crate::quant::GgmlType;
 use crate::target::Target;
@@ -62,6 +63,43 @@ pub const Q8_ACCUMULATORS: u32 = 32;
 /// Blocks of an int8 GEMV per compute unit, at most; more rows are stepped over. Each
 /// block stages the lookup grid once, however many rows it then decodes.
 pub const Q8_BLOCKS_PER_CU: u32 = 4;
+
+/// Most splits of one (token, head) in attention. Sixteen splits of every KV head keep
+/// all SMs / CUs of the largest shipped part busy for one decode token (8 KV heads × 16
+/// = 128 blocks on the H200's 132 SMs) while a prefill chunk's partial states stay small.
+pub const ATTENTION_SPLITS: u32 = 16;
+/// Most KV positions per QSA block (the summaries' granularity).
+pub const MAX_QSA_BLOCK: u32 = 1024;
+/// Queries a QSA score thread bounds at once (its accumulators): the window's tokens
+/// are taken as many at a time as fit, so a block summary is read once per this many
+/// queries, once per window where tokens × group heads ≤ 32.
+pub const QSA_QUERIES: u32 = 32;
+/// Threads of a QSA score block (one KV block each).
+pub const QSA_SCORE_THREADS: u32 = 128;
+/// Threads of a QSA selection block (one (token, KV head) each).
+pub const QSA_SELECT_THREADS: u32 = 1024;
+/// Bins of one QSA selection radix pass (8 bits of the score's key at a time).
+pub const QSA_SELECT_BINS: u32 = 256;
+
+/// KV positions per QSA block on `target`: 16, Quest's page size, on every shipped
+/// target (a block's keys are then one 4 KiB read per KV head of dimension 128, and a
+/// 2048-token budget keeps 128 blocks).
+pub fn qsa_block(_target: &Target) -> u32 {
+    16
+}
+
+/// Attention's split rule: at most [`ATTENTION_SPLITS`] shares per (token, head), each
+/// at least four waves' worth of positions (one position a lane), so a share's fixed
+/// cost (its partial state, the merge) stays small beside its reads.
+pub fn attention(block: u32, target: &Target) -> AttentionTuning {
+    let positions = 4 * target.device.wave_size;
+    AttentionTuning { splits: ATTENTION_SPLITS, split_blocks: positions.div_ceil(block.max(1)) }
+}
+
+/// Tokens of a window a QSA score thread bounds at once (see [`QSA_QUERIES`]).
+pub fn qsa_tokens_per_tile(heads: u32, kv_heads: u32) -> u32 {
+    (QSA_QUERIES / (heads / kv_heads.max(1)).max(1)).clamp(1, MAX_WINDOW)
+}
 
 /// The full kernel record for `op` on `target` (int8 GEMVs by the default rule).
 pub fn kernel(op: Op, target: &Target) -> KernelSpec {
@@ -178,6 +216,9 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
             let threads = round_up(head_dim / 2, wave).min(target.device.max_threads_per_block);
             let width = kv_heads * head_dim;
             (
+                // Blocks (j, y): Q head j of token y; or, for j past the Q heads, one KV
+                // head's rows in the y-th KV block the window writes (so one block owns
+                // each summary it recomputes).
                 launch([Dim::Fixed(heads + kv_heads), rows("tokens"), Dim::Fixed(1)], threads, 0),
                 Tuning::None {},
                 vec![
@@ -186,10 +227,11 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
                     buffer("v", Elem::F32, per("tokens", width), false),
                     buffer("k_cache", Elem::F16, per("n_ctx", width), true),
                     buffer("v_cache", Elem::F16, per("n_ctx", width), true),
+                    buffer("k_summary", Elem::F16, per("n_blocks", 2 * width), true),
                     buffer("cos_sin", Elem::F32, per("n_ctx", *rope_dims), false),
                     buffer("pos", Elem::I32, Extent::Fixed(1), false),
                 ],
-                vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
+                vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT), scalar("n_blocks", MAX_CONTEXT)],
             )
         }
         Op::SiluMul { n, .. } | Op::Add { n, .. } => {
@@ -227,23 +269,90 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
                 vec![scalar("tokens", MAX_TOKENS)],
             )
         }
-        Op::Attention { heads, kv_heads, head_dim, .. } => {
+        Op::Attention { heads, kv_heads, head_dim, block, sparse, .. } => {
             let threads = WAVES_PER_BLOCK * wave;
-            // Per wave: running max, running sum and a head-length accumulator.
-            let shared = WAVES_PER_BLOCK * (2 + head_dim) * 4;
+            let group = heads / (*kv_heads).max(1);
+            let t = attention(*block, target);
+            // The group's queries; per wave a tile's weights and positions; per wave and
+            // head the softmax state merged at the end.
+            let shared = (group * head_dim + WAVES_PER_BLOCK * (group + 1) * wave
+                + WAVES_PER_BLOCK * group * (2 + head_dim))
+                * 4;
+            let width = kv_heads * head_dim;
+            let mut buffers = vec![
+                buffer("q", Elem::F32, per("tokens", heads * head_dim), false),
+                buffer("k_cache", Elem::F16, per("n_ctx", width), false),
+                buffer("v_cache", Elem::F16, per("n_ctx", width), false),
+            ];
+            let mut scalars = vec![scalar("tokens", if *sparse { MAX_WINDOW } else { MAX_TOKENS }), scalar("n_ctx", MAX_CONTEXT)];
+            if *sparse {
+                buffers.push(buffer("list", Elem::I32, per("n_blocks", MAX_WINDOW * kv_heads), false));
+                buffers.push(buffer("count", Elem::I32, Extent::Fixed(u64::from(MAX_WINDOW * kv_heads)), false));
+                scalars.push(scalar("n_blocks", MAX_CONTEXT));
+            }
+            buffers.extend([
+                buffer("partial", Elem::F32, per("tokens", heads * t.splits * (head_dim + 2)), true),
+                buffer("splits", Elem::I32, per("tokens", *heads), true),
+                buffer("pos", Elem::I32, Extent::Fixed(1), false),
+            ]);
             (
-                // One block per (head, token of the window): a verify window's queries
-                // run side by side, each exactly as decoding that token alone does.
-                launch([Dim::Fixed(*heads), rows("tokens"), Dim::Fixed(1)], threads, shared),
+                // One block per (KV head, token of the window, split): the group's query
+                // heads share every K and V row read.
+                launch([Dim::Fixed(*kv_heads), rows("tokens"), Dim::Fixed(t.splits)], threads, shared),
+                Tuning::Attention(t),
+                buffers,
+                scalars,
+            )
+        }
+        Op::AttentionMerge { heads, head_dim } => {
+            let threads = round_up(*head_dim, wave).min(target.device.max_threads_per_block);
+            let splits = ATTENTION_SPLITS;
+            (
+                launch([Dim::Fixed(*heads), rows("tokens"), Dim::Fixed(1)], threads, 0),
+                Tuning::Attention(AttentionTuning { splits, split_blocks: 0 }),
+                vec![
+                    buffer("partial", Elem::F32, per("tokens", heads * splits * (head_dim + 2)), false),
+                    buffer("splits", Elem::I32, per("tokens", *heads), false),
+                    buffer("out", Elem::F32, per("tokens", heads * head_dim), true),
+                ],
+                vec![scalar("tokens", MAX_TOKENS)],
+            )
+        }
+        Op::QsaScore { heads, kv_heads, head_dim, .. } => {
+            let tile = qsa_tokens_per_tile(*heads, *kv_heads) * (heads / (*kv_heads).max(1));
+            (
+                // A thread per KV block, a block row per KV head.
+                launch(
+                    [Dim::Runtime { arg: "n_blocks".into(), per_block: QSA_SCORE_THREADS }, Dim::Fixed(*kv_heads), Dim::Fixed(1)],
+                    QSA_SCORE_THREADS.max(wave),
+                    tile * head_dim * 4,
+                ),
                 Tuning::None {},
                 vec![
                     buffer("q", Elem::F32, per("tokens", heads * head_dim), false),
-                    buffer("k_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
-                    buffer("v_cache", Elem::F16, per("n_ctx", kv_heads * head_dim), false),
-                    buffer("out", Elem::F32, per("tokens", heads * head_dim), true),
+                    buffer("k_summary", Elem::F16, per("n_blocks", 2 * kv_heads * head_dim), false),
+                    buffer("scores", Elem::F32, per("n_blocks", MAX_WINDOW * kv_heads), true),
                     buffer("pos", Elem::I32, Extent::Fixed(1), false),
                 ],
-                vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
+                vec![scalar("tokens", MAX_WINDOW), scalar("n_blocks", MAX_CONTEXT)],
+            )
+        }
+        Op::QsaSelect { kv_heads, .. } => {
+            let threads = QSA_SELECT_THREADS.min(target.device.max_threads_per_block);
+            (
+                launch(
+                    [Dim::Fixed(*kv_heads), rows("tokens"), Dim::Fixed(1)],
+                    threads,
+                    (QSA_SELECT_BINS + 2 * threads + 4) * 4,
+                ),
+                Tuning::None {},
+                vec![
+                    buffer("scores", Elem::F32, per("n_blocks", MAX_WINDOW * kv_heads), false),
+                    buffer("list", Elem::I32, per("n_blocks", MAX_WINDOW * kv_heads), true),
+                    buffer("count", Elem::I32, Extent::Fixed(u64::from(MAX_WINDOW * kv_heads)), true),
+                    buffer("pos", Elem::I32, Extent::Fixed(1), false),
+                ],
+                vec![scalar("tokens", MAX_WINDOW), scalar("n_blocks", MAX_CONTEXT), scalar("budget", MAX_CONTEXT)],
             )
         }
         Op::Softmax { n } | Op::Argmax { n } => {

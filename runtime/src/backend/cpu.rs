@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use half::f16;
 use rayon::prelude::*;
-use strata_compiler::plan::{KernelSpec, Op, RopeStyle};
+use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Op, RopeStyle, Tuning};
 
 use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, RunError, bind};
 
@@ -115,10 +115,11 @@ impl Cpu {
                 outputs.push(("y", f32_bytes(&y)));
                 outputs.push(("sum", f32_bytes(&sum)));
             }
-            Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims } => {
+            Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims, block } => {
                 let (heads, kv, hd, rd) =
                     (*heads as usize, *kv_heads as usize, *head_dim as usize, *rope_dims as usize);
                 let (tokens, n_ctx) = (scalar("tokens") as usize, scalar("n_ctx") as usize);
+                let (block, n_blocks) = (*block as usize, scalar("n_blocks") as usize);
                 let pos0 = ints(input("pos"), 1)[0] as usize;
                 let table = floats(input("cos_sin"), n_ctx * rd);
                 let mut q = floats(input("q"), tokens * heads * hd);
@@ -137,7 +138,8 @@ impl Cpu {
                     }
                 };
                 let width = kv * hd;
-                for t in 0..tokens.min(n_ctx.saturating_sub(pos0)) {
+                let end = (pos0 + tokens).min(n_ctx);
+                for t in 0..end.saturating_sub(pos0) {
                     let p = pos0 + t;
                     q[t * heads * hd..(t + 1) * heads * hd].chunks_exact_mut(hd).for_each(|h| rotate(h, p));
                     k[t * width..(t + 1) * width].chunks_exact_mut(hd).for_each(|h| rotate(h, p));
@@ -147,6 +149,30 @@ impl Cpu {
                         let row = &mut self.buffers[id.0][offset + 2 * p * width..offset + 2 * (p + 1) * width];
                         for (out, x) in row.chunks_exact_mut(2).zip(&src[t * width..(t + 1) * width]) {
                             out.copy_from_slice(&f16::from_f32(*x).to_le_bytes());
+                        }
+                    }
+                }
+                // The key summary of every block the window wrote into, over its rows so far.
+                let (kid, koff) = target("k_cache").ok_or_else(|| RunError::Other("rope_store: no k_cache".into()))?;
+                let (sid, soff) =
+                    target("k_summary").ok_or_else(|| RunError::Other("rope_store: no k_summary".into()))?;
+                if end > pos0 {
+                    for blk in pos0 / block..=(end - 1) / block {
+                        let rows = blk * block..((blk + 1) * block).min(end);
+                        let keys = halves(&self.buffers[kid.0][koff + 2 * rows.start * width..], rows.len() * width);
+                        for h in 0..kv {
+                            for d in 0..hd {
+                                let column = keys.chunks_exact(width).map(|row| row[h * hd + d]);
+                                let (lo, hi) = column.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), x| {
+                                    (lo.min(x), hi.max(x))
+                                });
+                                for (which, value) in [(0, lo), (1, hi)] {
+                                    if blk < n_blocks {
+                                        let at = soff + 2 * (((h * 2 + which) * hd + d) * n_blocks + blk);
+                                        self.buffers[sid.0][at..at + 2].copy_from_slice(&f16::from_f32(value).to_le_bytes());
+                                    }
+                                }
+                            }
                         }
                     }
                 }
@@ -186,36 +212,142 @@ impl Cpu {
                 }
                 outputs.push(("y", f32_bytes(&y)));
             }
-            Op::Attention { heads, kv_heads, head_dim, scale } => {
-                let (heads, kv_heads, hd) = (*heads as usize, *kv_heads as usize, *head_dim as usize);
-                let (n_ctx, tokens) = (scalar("n_ctx") as usize, scalar("tokens") as usize);
+            Op::Attention { heads, kv_heads, head_dim, scale, block, sparse } => {
+                let Tuning::Attention(tuning) = &spec.tuning else {
+                    return Err(RunError::Other(format!("{}: no split rule", spec.name)));
+                };
+                let (heads, kv_heads, hd, block) = (*heads as usize, *kv_heads as usize, *head_dim as usize, *block as usize);
+                let (n_ctx, tokens, n_blocks) = (scalar("n_ctx") as usize, scalar("tokens") as usize, scalar("n_blocks") as usize);
                 let pos = ints(input("pos"), 1)[0] as usize;
-                let width = kv_heads * hd;
+                let (width, group, splits, state) = (kv_heads * hd, heads / kv_heads, tuning.splits as usize, hd + 2);
                 let q = floats(input("q"), tokens * heads * hd);
                 let most = (pos + tokens).min(n_ctx);
                 let (kc, vc) = (halves(input("k_cache"), most * width), halves(input("v_cache"), most * width));
-                let mut out = vec![0f32; tokens * heads * hd];
-                // One (token, head) a task, each as decoding that token alone computes it.
-                out.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
+                let (list, count) = if *sparse {
+                    (ints(input("list"), MAX_WINDOW as usize * kv_heads * n_blocks), ints(input("count"), MAX_WINDOW as usize * kv_heads))
+                } else {
+                    (Vec::new(), Vec::new())
+                };
+                let (pid, poff) = target("partial").ok_or_else(|| RunError::Other("attention: no partial".into()))?;
+                let mut partial = floats(&self.buffers[pid.0][poff..], tokens * heads * splits * state);
+                let mut used = vec![0i32; tokens * heads];
+                // One (token, head) a task: its shares exactly as the kernel splits them.
+                partial.par_chunks_mut(splits * state).zip(used.par_iter_mut()).enumerate().for_each(|(i, (out, used))| {
                     let (t, h) = (i / heads, i % heads);
-                    let n_kv = (pos + t + 1).min(n_ctx);
+                    let kvh = h / group;
+                    let n_kv = pos + t + 1;
+                    if n_kv > n_ctx {
+                        return;
+                    }
+                    let blocks: Vec<usize> = if *sparse {
+                        let row = (t * kv_heads + kvh) * n_blocks;
+                        list[row..row + count[t * kv_heads + kvh].max(0) as usize].iter().map(|&b| b as usize).collect()
+                    } else {
+                        (0..(n_kv - 1) / block + 1).collect()
+                    };
+                    let (per, shares) = tuning.shares(blocks.len() as u32);
+                    *used = shares as i32;
                     let q = &q[i * hd..][..hd];
-                    let kvh = h / (heads / kv_heads);
-                    let scores: Vec<f64> = (0..n_kv)
-                        .map(|p| {
-                            let k = &kc[p * width + kvh * hd..][..hd];
-                            (0..hd).map(|d| f64::from(q[d] * scale) * f64::from(k[d])).sum()
-                        })
-                        .collect();
-                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                    let total: f64 = weights.iter().sum();
-                    for (d, o) in out.iter_mut().enumerate() {
-                        let v: f64 = (0..n_kv).map(|p| weights[p] * f64::from(vc[p * width + kvh * hd + d])).sum();
-                        *o = if total > 0.0 { (v / total) as f32 } else { 0.0 };
+                    for (s, share) in blocks.chunks(per as usize).enumerate().take(shares as usize) {
+                        let positions: Vec<usize> =
+                            share.iter().flat_map(|&b| b * block..(b + 1) * block).filter(|&p| p < n_kv).collect();
+                        let scores: Vec<f64> = positions
+                            .iter()
+                            .map(|&p| {
+                                let k = &kc[p * width + kvh * hd..][..hd];
+                                (0..hd).map(|d| f64::from(q[d] * scale) * f64::from(k[d])).sum()
+                            })
+                            .collect();
+                        let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                        let st = &mut out[s * state..(s + 1) * state];
+                        st[0] = max as f32;
+                        st[1] = weights.iter().sum::<f64>() as f32;
+                        for d in 0..hd {
+                            let v: f64 = positions.iter().zip(&weights).map(|(&p, w)| w * f64::from(vc[p * width + kvh * hd + d])).sum();
+                            st[2 + d] = v as f32;
+                        }
                     }
                 });
+                outputs.push(("partial", f32_bytes(&partial)));
+                outputs.push(("splits", used.iter().flat_map(|v| v.to_le_bytes()).collect()));
+            }
+            Op::AttentionMerge { heads, head_dim } => {
+                let Tuning::Attention(tuning) = &spec.tuning else {
+                    return Err(RunError::Other(format!("{}: no split rule", spec.name)));
+                };
+                let (heads, hd, tokens) = (*heads as usize, *head_dim as usize, scalar("tokens") as usize);
+                let (splits, state) = (tuning.splits as usize, hd + 2);
+                let partial = floats(input("partial"), tokens * heads * splits * state);
+                let used = ints(input("splits"), tokens * heads);
+                let mut out = vec![0f32; tokens * heads * hd];
+                for (i, out) in out.chunks_exact_mut(hd).enumerate() {
+                    let n = (used[i].max(0) as usize).min(splits);
+                    let states: Vec<&[f32]> = partial[i * splits * state..].chunks_exact(state).take(n).collect();
+                    let big = states.iter().map(|st| f64::from(st[0])).fold(f64::NEG_INFINITY, f64::max);
+                    let factor: Vec<f64> = states.iter().map(|st| (f64::from(st[0]) - big).exp()).collect();
+                    let den: f64 = states.iter().zip(&factor).map(|(st, f)| f64::from(st[1]) * f).sum();
+                    for (d, o) in out.iter_mut().enumerate() {
+                        let num: f64 = states.iter().zip(&factor).map(|(st, f)| f64::from(st[2 + d]) * f).sum();
+                        *o = if den > 0.0 { (num / den) as f32 } else { 0.0 };
+                    }
+                }
                 outputs.push(("out", f32_bytes(&out)));
+            }
+            Op::QsaScore { heads, kv_heads, head_dim, block } => {
+                let (heads, kv_heads, hd, block) = (*heads as usize, *kv_heads as usize, *head_dim as usize, *block as usize);
+                let (tokens, n_blocks) = (scalar("tokens") as usize, scalar("n_blocks") as usize);
+                let pos = ints(input("pos"), 1)[0] as usize;
+                let group = heads / kv_heads;
+                let q = floats(input("q"), tokens * heads * hd);
+                let summary = halves(input("k_summary"), n_blocks * kv_heads * 2 * hd);
+                let (sid, soff) = target("scores").ok_or_else(|| RunError::Other("qsa_score: no scores".into()))?;
+                let mut scores = floats(&self.buffers[sid.0][soff..], MAX_WINDOW as usize * kv_heads * n_blocks);
+                for t in 0..tokens {
+                    let newest = (pos + t) / block;
+                    for kvh in 0..kv_heads {
+                        for b in 0..n_blocks {
+                            let column = |which: usize| -> Vec<f32> {
+                                (0..hd).map(|d| summary[((kvh * 2 + which) * hd + d) * n_blocks + b]).collect()
+                            };
+                            scores[(t * kv_heads + kvh) * n_blocks + b] = if b == 0 || b == newest {
+                                f32::INFINITY
+                            } else if b > newest {
+                                f32::NEG_INFINITY
+                            } else {
+                                let (lo, hi) = (column(0), column(1));
+                                (0..group)
+                                    .map(|g| qsa_bound(&q[(t * heads + kvh * group + g) * hd..][..hd], &lo, &hi))
+                                    .fold(f32::NEG_INFINITY, f32::max)
+                            };
+                        }
+                    }
+                }
+                outputs.push(("scores", f32_bytes(&scores)));
+            }
+            Op::QsaSelect { kv_heads, block } => {
+                let (kv_heads, block) = (*kv_heads as usize, *block as usize);
+                let (tokens, n_blocks, budget) =
+                    (scalar("tokens") as usize, scalar("n_blocks") as usize, scalar("budget") as usize);
+                let pos = ints(input("pos"), 1)[0] as usize;
+                let scores = floats(input("scores"), MAX_WINDOW as usize * kv_heads * n_blocks);
+                let (lid, loff) = target("list").ok_or_else(|| RunError::Other("qsa_select: no list".into()))?;
+                let (cid, coff) = target("count").ok_or_else(|| RunError::Other("qsa_select: no count".into()))?;
+                let mut list = ints(&self.buffers[lid.0][loff..], MAX_WINDOW as usize * kv_heads * n_blocks);
+                let mut count = ints(&self.buffers[cid.0][coff..], MAX_WINDOW as usize * kv_heads);
+                for t in 0..tokens {
+                    let n = ((pos + t) / block + 1).min(n_blocks);
+                    for kvh in 0..kv_heads {
+                        let row = (t * kv_heads + kvh) * n_blocks;
+                        let chosen = qsa_select(&scores[row..row + n], budget);
+                        for (i, b) in chosen.iter().enumerate() {
+                            list[row + i] = *b as i32;
+                        }
+                        count[t * kv_heads + kvh] = chosen.len() as i32;
+                    }
+                }
+                outputs.push(("list", list.iter().flat_map(|v| v.to_le_bytes()).collect()));
+                outputs.push(("count", count.iter().flat_map(|v| v.to_le_bytes()).collect()));
             }
             Op::Softmax { n } => {
                 let (n, rows) = (*n as usize, scalar("rows") as usize);
@@ -276,6 +408,31 @@ fn rmsnorm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
         }
     }
     y
+}
+
+/// QSA's bound on `q · k` for every key `k` of a block whose element-wise minimum and
+/// maximum are `lo` and `hi`: `Σ_i max(q_i·lo_i, q_i·hi_i)`, summed in order in f32 as
+/// the `qsa_score` kernel sums it.
+pub fn qsa_bound(q: &[f32], lo: &[f32], hi: &[f32]) -> f32 {
+    let mut u = 0f32;
+    for ((&x, &lo), &hi) in q.iter().zip(lo).zip(hi) {
+        u += (x * lo).max(x * hi);
+    }
+    u
+}
+
+/// QSA's selection from one (token, KV head)'s block scores: every block where there
+/// are no more than `budget`, else the `budget` of the largest score (ties: the lower
+/// block), in ascending order. Scores compare as the kernel's keys do (-0 as +0).
+pub fn qsa_select(scores: &[f32], budget: usize) -> Vec<usize> {
+    if scores.len() <= budget {
+        return (0..scores.len()).collect();
+    }
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| (scores[b] + 0.0).total_cmp(&(scores[a] + 0.0)).then(a.cmp(&b)));
+    order.truncate(budget);
+    order.sort_unstable();
+    order
 }
 
 /// Index of the largest value (the first on ties).

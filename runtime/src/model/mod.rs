@@ -6,19 +6,23 @@
 //! decode step of one token, and a verify window of `t` tokens, is captured once per
 //! slot and replayed (a CUDA graph on CUDA).
 
+mod attention_bench;
 mod kernel_bench;
+pub mod qsa;
 mod rope;
 mod upload;
 
 use std::collections::HashMap;
 
+pub use attention_bench::AttentionTiming;
 pub use kernel_bench::{KernelReport, KernelTiming};
+pub use qsa::QsaConfig;
 
 use upload::Uploader;
 
 use strata_compiler::model::{Family, ModelDesc};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{Op, RopeStyle, Tuning};
+use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Op, RopeStyle, Tuning, rules};
 use strata_compiler::quant::GgmlType;
 
 use crate::backend::{Arg, Backend, BufferId, GraphId, RunError};
@@ -93,6 +97,29 @@ struct Scratch {
     pos: BufferId,
     next: BufferId,
     cos_sin: BufferId,
+    /// Attention's split partial states and split counts.
+    partial: BufferId,
+    splits: BufferId,
+    /// QSA: block scores, the selected blocks and their counts, per (token, KV head).
+    scores: BufferId,
+    list: BufferId,
+    count: BufferId,
+}
+
+/// The kernels of a sparse attention pass and the budget in blocks.
+struct QsaKernels {
+    score: KernelSpec,
+    select: KernelSpec,
+    sparse: KernelSpec,
+    budget: u32,
+}
+
+/// One layer's KV cache in one slot: keys, values (f16 rows) and the keys' block summaries.
+#[derive(Clone, Copy)]
+struct Cache {
+    k: BufferId,
+    v: BufferId,
+    summary: BufferId,
 }
 
 /// A model ready to run on a backend.
@@ -108,15 +135,19 @@ pub struct Model {
     s: Scratch,
     n_ctx: u32,
     window: u32,
-    /// Per sequence slot, per layer: the K and V caches.
-    caches: Vec<Vec<(BufferId, BufferId)>>,
+    /// Per sequence slot, per layer: the KV cache.
+    caches: Vec<Vec<Cache>>,
+    /// KV positions per block of the key summaries (and of QSA's selection).
+    block: u32,
+    /// QSA's budget in blocks, where decode passes attend sparsely.
+    qsa: Option<u32>,
     /// The slot forward passes run on.
     slot: usize,
     /// Per slot: tokens in its KV cache.
     pos: Vec<u32>,
-    /// Captured steps by (slot, tokens, with argmax): a step bakes in its slot's caches
-    /// and its window size.
-    graphs: HashMap<(usize, u32, bool), GraphId>,
+    /// Captured steps by (slot, tokens, with argmax, sparse): a step bakes in its slot's
+    /// caches, its window size and whether it attends sparsely.
+    graphs: HashMap<(usize, u32, bool, bool), GraphId>,
     /// The (slot, token) in `next[0]` on the device, as last read back.
     on_device: Option<(usize, u32)>,
 }
@@ -128,7 +159,7 @@ impl Model {
     pub fn load(
         pack: &Pack,
         mut backend: Box<dyn Backend>,
-        kernels: Kernels,
+        mut kernels: Kernels,
         n_ctx: u32,
         window: u32,
         slots: usize,
@@ -184,6 +215,14 @@ impl Model {
                 gate_up: gate_up.as_ref().map(|p| p[2]),
             });
         }
+        let block = kernels
+            .qsa_block()
+            .ok_or_else(|| RunError::Other("the kernels have no rope_store, so no KV block size".into()))?;
+        let n_blocks = n_ctx.div_ceil(block) as usize;
+        let splits = match kernels.get(&Op::AttentionMerge { heads: desc.heads, head_dim: desc.head_dim_k })?.tuning {
+            Tuning::Attention(t) => t.splits as usize,
+            _ => rules::ATTENTION_SPLITS as usize,
+        };
         let w = window as usize;
         let f32s = |b: &mut dyn Backend, n: usize| b.alloc(n * 4);
         let (e, qd, kd, ffn) =
@@ -210,10 +249,20 @@ impl Model {
             pos: f32s(b, 1)?,
             next: f32s(b, w)?,
             cos_sin: f32s(b, n_ctx as usize * desc.rope_dims as usize)?,
+            partial: f32s(b, w * desc.heads as usize * splits * (desc.head_dim_k as usize + 2))?,
+            splits: f32s(b, w * desc.heads as usize)?,
+            scores: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize * n_blocks)?,
+            list: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize * n_blocks)?,
+            count: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize)?,
         };
         let cache_bytes = n_ctx as usize * kv_width * 2;
+        let summary_bytes = n_blocks * 2 * kv_width * 2;
         let caches = (0..slots)
-            .map(|_| (0..desc.layers).map(|_| Ok((b.alloc(cache_bytes)?, b.alloc(cache_bytes)?))).collect())
+            .map(|_| {
+                (0..desc.layers)
+                    .map(|_| Ok(Cache { k: b.alloc(cache_bytes)?, v: b.alloc(cache_bytes)?, summary: b.alloc(summary_bytes)? }))
+                    .collect()
+            })
             .collect::<Result<Vec<Vec<_>>, RunError>>()?;
         let table = rope::table(n_ctx, desc.rope_dims, desc.rope_base);
         b.write(s.cos_sin, 0, &table)?;
@@ -229,11 +278,33 @@ impl Model {
             n_ctx,
             window,
             caches,
+            block,
+            qsa: None,
             slot: 0,
             pos: vec![0; slots],
             graphs: HashMap::new(),
             on_device: None,
         })
+    }
+
+    /// Sets QSA for later decode passes (captured steps are recaptured), or refuses
+    /// settings the compiled kernels do not fit.
+    pub fn set_qsa(&mut self, qsa: QsaConfig) -> Result<(), RunError> {
+        let blocks = qsa.blocks(self.block).map_err(RunError::Other)?;
+        self.qsa = qsa.enabled.then_some(blocks);
+        self.graphs.clear();
+        Ok(())
+    }
+
+    /// KV positions per block of the key summaries.
+    pub fn qsa_block(&self) -> u32 {
+        self.block
+    }
+
+    /// Whether a pass of `t` tokens at the slot's position attends sparsely: QSA is on
+    /// and some token of it sees more than the budget.
+    fn sparse(&self, t: u32) -> bool {
+        self.qsa.is_some_and(|blocks| self.pos[self.slot] + t > blocks * self.block)
     }
 
     /// Context length (KV cache positions).
@@ -280,6 +351,55 @@ impl Model {
         self.pos[self.slot] = 0;
     }
 
+    /// Fills the current slot's KV cache up to `depth` positions with synthetic keys and
+    /// values (uniform in ±1, repeating every 4096 positions) and their block summaries,
+    /// as if that many tokens had been read: for benchmarks of decoding deep in a long
+    /// context, which a real prefill would take minutes to reach.
+    pub fn fill_context(&mut self, depth: u32, seed: u64) -> Result<(), RunError> {
+        use rand::{RngExt, SeedableRng};
+        if depth > self.n_ctx {
+            return Err(RunError::Other(format!("depth {depth} is beyond --ctx {}", self.n_ctx)));
+        }
+        let width = (self.desc.kv_heads * self.desc.head_dim_k) as usize;
+        let hd = self.desc.head_dim_k as usize;
+        let block = self.block as usize;
+        let period = 4096usize.next_multiple_of(block);
+        let n_blocks = self.n_ctx.div_ceil(self.block) as usize;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut pattern = |n: usize| -> Vec<half::f16> {
+            (0..n).map(|_| half::f16::from_f32(rng.random_range(-1.0f32..1.0))).collect()
+        };
+        let bytes = |v: &[half::f16]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let (keys, values) = (pattern(period * width), pattern(period * width));
+        let (k_bytes, v_bytes) = (bytes(&keys), bytes(&values));
+        // The summaries of the pattern's blocks, [KV head][min, max][dimension][block].
+        let mut summary = vec![half::f16::ZERO; n_blocks * 2 * width];
+        for blk in 0..(depth as usize).div_ceil(block) {
+            let rows = blk * block..((blk + 1) * block).min(depth as usize);
+            for h in 0..width / hd {
+                for d in 0..hd {
+                    let column = rows.clone().map(|p| keys[(p % period) * width + h * hd + d]);
+                    let lo = column.clone().fold(half::f16::INFINITY, |a, b| if b < a { b } else { a });
+                    let hi = column.fold(half::f16::NEG_INFINITY, |a, b| if b > a { b } else { a });
+                    summary[((h * 2) * hd + d) * n_blocks + blk] = lo;
+                    summary[((h * 2 + 1) * hd + d) * n_blocks + blk] = hi;
+                }
+            }
+        }
+        let summary = bytes(&summary);
+        for l in 0..self.layers.len() {
+            let cache = self.caches[self.slot][l];
+            for start in (0..depth as usize).step_by(period) {
+                let n = (depth as usize - start).min(period) * width * 2;
+                self.backend.write(cache.k, start * width * 2, &k_bytes[..n])?;
+                self.backend.write(cache.v, start * width * 2, &v_bytes[..n])?;
+            }
+            self.backend.write(cache.summary, 0, &summary)?;
+        }
+        self.pos[self.slot] = depth;
+        Ok(())
+    }
+
     /// Forgets the current slot's positions from `pos` on (the KV entries of rejected
     /// draft tokens); later passes overwrite them.
     pub fn rewind(&mut self, pos: u32) -> Result<(), RunError> {
@@ -319,7 +439,7 @@ impl Model {
     pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<(), RunError> {
         let t = self.room(tokens.len())?;
         self.upload_ids(tokens)?;
-        self.enqueue(self.s.ids, t, logits)?;
+        self.enqueue(self.s.ids, t, logits, false)?;
         self.pos[self.slot] += t;
         Ok(())
     }
@@ -377,14 +497,15 @@ impl Model {
     /// `next`. Its token ids are read from `next` for a greedy single token (where the
     /// last argmax left them), else from `ids`.
     fn replay_step(&mut self, t: u32, argmax: bool) -> Result<(), RunError> {
-        let key = (self.slot, t, argmax);
+        let sparse = self.sparse(t);
+        let key = (self.slot, t, argmax, sparse);
         let graph = match self.graphs.get(&key) {
             Some(&g) => g,
             None => {
                 let ids = if t == 1 && argmax { self.s.next } else { self.s.ids };
                 self.backend.begin_capture()?;
                 let queued = self
-                    .enqueue(ids, t, Logits::All)
+                    .enqueue(ids, t, Logits::All, sparse)
                     .and_then(|()| if argmax { self.enqueue_argmax(t) } else { Ok(()) });
                 let graph = self.backend.end_capture();
                 queued?;
@@ -500,6 +621,42 @@ impl Model {
         Ok(q8)
     }
 
+    /// One layer's attention up to its split partial states: dense, or, given QSA's
+    /// (score, select, sparse attention) kernels and budget, over the selected blocks.
+    fn attention(
+        &mut self,
+        dense: &KernelSpec,
+        qsa: Option<&QsaKernels>,
+        q: Arg,
+        cache: Cache,
+        t: u32,
+        n_blocks: u32,
+    ) -> Result<(), RunError> {
+        let s = &self.s;
+        let buf = |id| Arg::Buf(id, 0);
+        let (pos, tokens) = (("pos", buf(s.pos)), ("tokens", Arg::U32(t)));
+        let common = [
+            ("q", q),
+            ("k_cache", buf(cache.k)),
+            ("v_cache", buf(cache.v)),
+            ("partial", buf(s.partial)),
+            ("splits", buf(s.splits)),
+            pos,
+            tokens,
+            ("n_ctx", Arg::U32(self.n_ctx)),
+        ];
+        let Some(QsaKernels { score, select, sparse, budget }) = qsa else {
+            return self.backend.call(dense, &common);
+        };
+        let (scores, list, count, blocks) =
+            (("scores", buf(s.scores)), ("list", buf(s.list)), ("count", buf(s.count)), ("n_blocks", Arg::U32(n_blocks)));
+        self.backend.call(score, &[("q", q), ("k_summary", buf(cache.summary)), scores, pos, tokens, blocks])?;
+        self.backend.call(select, &[scores, list, count, pos, tokens, blocks, ("budget", Arg::U32(*budget))])?;
+        let mut args = common.to_vec();
+        args.extend([list, count, blocks]);
+        self.backend.call(sparse, &args)
+    }
+
     /// The products that read a layer's attention norm, for a window of `t` tokens.
     fn attention_inputs(ly: &Layer, t: u32) -> Vec<Weight> {
         match ly.qkv {
@@ -522,8 +679,9 @@ impl Model {
     }
 
     /// Queues the forward pass of `t` tokens whose ids are already in `ids` and first
-    /// position in the `pos` buffer.
-    fn enqueue(&mut self, ids: BufferId, t: u32, logits: Logits) -> Result<(), RunError> {
+    /// position in the `pos` buffer; with `sparse`, layers past the first few attend to
+    /// QSA's selected blocks.
+    fn enqueue(&mut self, ids: BufferId, t: u32, logits: Logits, sparse: bool) -> Result<(), RunError> {
         let d = self.desc.clone();
         let s = &self.s;
         let (x, h, attn, proj, act, pos) = (s.x, s.h, s.attn, s.proj, s.act, s.pos);
@@ -536,12 +694,20 @@ impl Model {
             &embed,
             &[("table", buf(self.embed.buf)), ("ids", buf(ids)), ("y", buf(x[0])), ("tokens", Arg::U32(t))],
         )?;
-        let attention = self.kernels.get(&Op::Attention {
-            heads: d.heads,
-            kv_heads: d.kv_heads,
-            head_dim: d.head_dim_k,
-            scale: 1.0 / (d.head_dim_k as f32).sqrt(),
-        })?;
+        let (heads, kv_heads, head_dim, block) = (d.heads, d.kv_heads, d.head_dim_k, self.block);
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let dense = self.kernels.get(&Op::Attention { heads, kv_heads, head_dim, scale, block, sparse: false })?;
+        let merge = self.kernels.get(&Op::AttentionMerge { heads, head_dim })?;
+        let qsa = match self.qsa.filter(|_| sparse) {
+            Some(budget) => Some(QsaKernels {
+                score: self.kernels.get(&Op::QsaScore { heads, kv_heads, head_dim, block })?,
+                select: self.kernels.get(&Op::QsaSelect { kv_heads, block })?,
+                sparse: self.kernels.get(&Op::Attention { heads, kv_heads, head_dim, scale, block, sparse: true })?,
+                budget,
+            }),
+            None => None,
+        };
+        let n_blocks = self.n_ctx.div_ceil(block);
         let style = if d.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
         let rope_store = self.kernels.get(&Op::RopeStore {
             style,
@@ -549,6 +715,7 @@ impl Model {
             kv_heads: d.kv_heads,
             head_dim: d.head_dim_k,
             rope_dims: d.rope_dims,
+            block,
         })?;
         let mut cur = 0;
         self.rmsnorm(d.embd, buf(x[0]), self.layers[0].attn_norm, buf(h), t)?;
@@ -556,7 +723,7 @@ impl Model {
         let mut h_q8 = false;
         for l in 0..self.layers.len() {
             let ly = self.layers[l];
-            let (k_cache, v_cache) = self.caches[self.slot][l];
+            let cache = self.caches[self.slot][l];
             // Here h holds the attention norm of the residual stream x[cur].
             // Q, K, V: one stacked product when decoding, where the pack allows.
             let (q, k, v) = match ly.qkv {
@@ -591,25 +758,20 @@ impl Model {
                     ("q", q),
                     ("k", k),
                     ("v", v),
-                    ("k_cache", buf(k_cache)),
-                    ("v_cache", buf(v_cache)),
+                    ("k_cache", buf(cache.k)),
+                    ("v_cache", buf(cache.v)),
+                    ("k_summary", buf(cache.summary)),
                     ("cos_sin", buf(self.s.cos_sin)),
                     ("pos", buf(pos)),
                     ("tokens", Arg::U32(t)),
                     ("n_ctx", Arg::U32(self.n_ctx)),
+                    ("n_blocks", Arg::U32(n_blocks)),
                 ],
             )?;
+            self.attention(&dense, qsa.as_ref().filter(|_| l >= qsa::DENSE_LAYERS), q, cache, t, n_blocks)?;
             self.backend.call(
-                &attention,
-                &[
-                    ("q", q),
-                    ("k_cache", buf(k_cache)),
-                    ("v_cache", buf(v_cache)),
-                    ("out", buf(attn)),
-                    ("pos", buf(pos)),
-                    ("tokens", Arg::U32(t)),
-                    ("n_ctx", Arg::U32(self.n_ctx)),
-                ],
+                &merge,
+                &[("partial", buf(self.s.partial)), ("splits", buf(self.s.splits)), ("out", buf(attn)), ("tokens", Arg::U32(t))],
             )?;
             self.gemv(ly.o, buf(attn), buf(proj), t)?;
             h_q8 = self.add_rmsnorm(x[cur], proj, ly.ffn_norm, x[1 - cur], h, t, &Self::ffn_inputs(&ly, t))?;
