@@ -107,8 +107,9 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
         && (b.name == "list" || b.name == "count")
     {
         let n_blocks = test_scalar(spec, "n_blocks") as usize;
-        let mut list = vec![0i32; n];
-        let mut count = vec![0i32; n];
+        let rows = strata_compiler::plan::MAX_WINDOW as usize * kv_heads as usize;
+        let mut list = vec![0i32; rows * n_blocks];
+        let mut count = vec![0i32; rows];
         for t in 0..test_scalar(spec, "tokens") as usize {
             let newest = (TEST_POS as usize + t) / block as usize;
             for kvh in 0..kv_heads as usize {
@@ -120,7 +121,7 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
             }
         }
         let ints = if b.name == "list" { list } else { count };
-        return Ok(ints.iter().flat_map(|v| v.to_le_bytes()).collect());
+        return Ok(ints.iter().take(n).flat_map(|v| v.to_le_bytes()).collect());
     }
     // The merge's split counts: 1 to the most there are.
     if let (Op::AttentionMerge { .. }, strata_compiler::plan::Tuning::Attention(t)) = (&spec.op, &spec.tuning)

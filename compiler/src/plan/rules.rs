@@ -77,7 +77,7 @@ pub const QSA_QUERIES: u32 = 32;
 /// Threads of a QSA score block (one KV block each).
 pub const QSA_SCORE_THREADS: u32 = 128;
 /// Threads of a QSA selection block (one (token, KV head) each).
-pub const QSA_SELECT_THREADS: u32 = 1024;
+pub const QSA_SELECT_THREADS: u32 = 512;
 /// Bins of one QSA selection radix pass (8 bits of the score's key at a time).
 pub const QSA_SELECT_BINS: u32 = 256;
 

@@ -39,8 +39,8 @@ impl Cpu {
     fn run(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError> {
         let nb = spec.buffers.len();
         let scalar = |name: &str| -> u32 {
-            let i = spec.scalars.iter().position(|s| s.name == name).unwrap_or(usize::MAX);
-            match args.get(nb + i) {
+            let i = spec.scalars.iter().position(|s| s.name == name);
+            match i.and_then(|i| args.get(nb + i)) {
                 Some(Arg::U32(v)) => *v,
                 _ => 0,
             }
@@ -583,6 +583,7 @@ impl Backend for Cpu {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
     use strata_compiler::plan::{Int8Dot, Options, Tuning, rules};
@@ -642,5 +643,35 @@ mod tests {
             };
             assert_eq!(read(&mut cpu, y1), read(&mut cpu, y2), "{quant}");
         }
+    }
+
+    proptest! {
+        /// QSA's block bound is at least every `q · k` of the block (up to the f32
+        /// rounding of its own sum), whatever the keys and query.
+        #[test]
+        fn the_block_bound_bounds_every_score(
+            keys in proptest::collection::vec(proptest::collection::vec(-8.0f32..8.0, 64), 1..17),
+            q in proptest::collection::vec(-4.0f32..4.0, 64),
+        ) {
+            let keys: Vec<Vec<f32>> = keys.iter().map(|k| k.iter().map(|&x| f16::from_f32(x).to_f32()).collect()).collect();
+            let lo: Vec<f32> = (0..64).map(|d| keys.iter().map(|k| k[d]).fold(f32::INFINITY, f32::min)).collect();
+            let hi: Vec<f32> = (0..64).map(|d| keys.iter().map(|k| k[d]).fold(f32::NEG_INFINITY, f32::max)).collect();
+            let bound = f64::from(qsa_bound(&q, &lo, &hi));
+            let slack: f64 = q.iter().zip(&lo).zip(&hi).map(|((&x, &l), &h)| f64::from(x.abs() * l.abs().max(h.abs()))).sum::<f64>() * 1e-6;
+            for k in &keys {
+                let dot: f64 = q.iter().zip(k).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum();
+                prop_assert!(dot <= bound + slack, "q·k = {dot} above the bound {bound}");
+            }
+        }
+    }
+
+    #[test]
+    fn selection_keeps_the_highest_scores_in_block_order() {
+        let scores = [f32::INFINITY, 0.5, 2.0, -0.0, 0.0, 2.0, 1.0, f32::INFINITY];
+        assert_eq!(qsa_select(&scores, 8), (0..8).collect::<Vec<_>>());
+        assert_eq!(qsa_select(&scores, 4), vec![0, 2, 5, 7]);
+        // Ties go to the lower block; -0 and +0 tie.
+        assert_eq!(qsa_select(&scores, 3), vec![0, 2, 7]);
+        assert_eq!(qsa_select(&scores, 7), vec![0, 1, 2, 3, 5, 6, 7]);
     }
 }
