@@ -258,7 +258,8 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
                 );
             }
             let group = heads / (*kv_heads).max(1);
-            let needed = (group * head_dim + l.waves * (group + 1) * l.wave_size + l.waves * group * (2 + head_dim)) * 4;
+            let needed =
+                (group * head_dim + l.waves * (group + 1) * l.wave_size + l.waves * group * (2 + head_dim)) * 4;
             if needed != l.shared_bytes {
                 fail(
                     "declared shared memory",

@@ -76,7 +76,10 @@ fn tolerance(op: &Op) -> f64 {
 /// The scalar value a test launch uses.
 fn test_scalar(spec: &KernelSpec, name: &str) -> u32 {
     let block = match spec.op {
-        Op::RopeStore { block, .. } | Op::Attention { block, .. } | Op::QsaScore { block, .. } | Op::QsaSelect { block, .. } => block,
+        Op::RopeStore { block, .. }
+        | Op::Attention { block, .. }
+        | Op::QsaScore { block, .. }
+        | Op::QsaSelect { block, .. } => block,
         _ => 1,
     };
     let v = match name {
@@ -113,7 +116,8 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
         for t in 0..test_scalar(spec, "tokens") as usize {
             let newest = (TEST_POS as usize + t) / block as usize;
             for kvh in 0..kv_heads as usize {
-                let mut chosen: Vec<i32> = (0..TEST_BUDGET as usize).filter_map(|i| newest.checked_sub(2 * i)).map(|b| b as i32).collect();
+                let mut chosen: Vec<i32> =
+                    (0..TEST_BUDGET as usize).filter_map(|i| newest.checked_sub(2 * i)).map(|b| b as i32).collect();
                 chosen.sort_unstable();
                 let row = (t * kv_heads as usize + kvh) * n_blocks;
                 list[row..row + chosen.len()].copy_from_slice(&chosen);

@@ -233,15 +233,14 @@ fn compile(args: CompileArgs) -> Result<()> {
     let run_on = args.run_on.as_deref().map(Target::load).transpose()?;
     let pack = Pack::open(&pack)?;
     let tools = Toolchain::discover()?;
-    let options =
-        Options {
-            spec: args.spec,
-            checked: args.checked,
-            fault: args.fault,
-            int8: args.int8,
-            q8_rows: args.q8_rows,
-            qsa_block: args.qsa_block,
-        };
+    let options = Options {
+        spec: args.spec,
+        checked: args.checked,
+        fault: args.fault,
+        int8: args.int8,
+        q8_rows: args.q8_rows,
+        qsa_block: args.qsa_block,
+    };
     let request = Request {
         pack: &pack,
         target: &target,

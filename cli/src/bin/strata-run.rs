@@ -445,7 +445,11 @@ fn run(cli: Cli) -> Result<()> {
             let (pp, tg) = generate::bench_at(&mut s, prompt_tokens, gen_tokens, reps, depth)?;
             let qsa = if o.qsa == Switch::On { format!(", qsa {}", o.qsa_budget) } else { String::new() };
             if depth > 0 {
-                println!("tg{gen_tokens} @ d{depth} {tg:.1} t/s  ({}, window {}{qsa})", s.device.name, s.model.window());
+                println!(
+                    "tg{gen_tokens} @ d{depth} {tg:.1} t/s  ({}, window {}{qsa})",
+                    s.device.name,
+                    s.model.window()
+                );
             } else {
                 println!(
                     "pp{prompt_tokens} {pp:.1} t/s  tg{gen_tokens} {tg:.1} t/s  ({}, window {}{qsa})",

@@ -275,16 +275,17 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
             let t = attention(*block, target);
             // The group's queries; per wave a tile's weights and positions; per wave and
             // head the softmax state merged at the end.
-            let shared = (group * head_dim + WAVES_PER_BLOCK * (group + 1) * wave
-                + WAVES_PER_BLOCK * group * (2 + head_dim))
-                * 4;
+            let shared =
+                (group * head_dim + WAVES_PER_BLOCK * (group + 1) * wave + WAVES_PER_BLOCK * group * (2 + head_dim))
+                    * 4;
             let width = kv_heads * head_dim;
             let mut buffers = vec![
                 buffer("q", Elem::F32, per("tokens", heads * head_dim), false),
                 buffer("k_cache", Elem::F16, per("n_ctx", width), false),
                 buffer("v_cache", Elem::F16, per("n_ctx", width), false),
             ];
-            let mut scalars = vec![scalar("tokens", if *sparse { MAX_WINDOW } else { MAX_TOKENS }), scalar("n_ctx", MAX_CONTEXT)];
+            let mut scalars =
+                vec![scalar("tokens", if *sparse { MAX_WINDOW } else { MAX_TOKENS }), scalar("n_ctx", MAX_CONTEXT)];
             if *sparse {
                 buffers.push(buffer("list", Elem::I32, per("n_blocks", MAX_WINDOW * kv_heads), false));
                 buffers.push(buffer("count", Elem::I32, Extent::Fixed(u64::from(MAX_WINDOW * kv_heads)), false));
@@ -323,7 +324,11 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
             (
                 // A thread per KV block, a block row per KV head.
                 launch(
-                    [Dim::Runtime { arg: "n_blocks".into(), per_block: QSA_SCORE_THREADS }, Dim::Fixed(*kv_heads), Dim::Fixed(1)],
+                    [
+                        Dim::Runtime { arg: "n_blocks".into(), per_block: QSA_SCORE_THREADS },
+                        Dim::Fixed(*kv_heads),
+                        Dim::Fixed(1),
+                    ],
                     QSA_SCORE_THREADS.max(wave),
                     tile * head_dim * 4,
                 ),

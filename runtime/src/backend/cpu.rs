@@ -163,13 +163,13 @@ impl Cpu {
                         for h in 0..kv {
                             for d in 0..hd {
                                 let column = keys.chunks_exact(width).map(|row| row[h * hd + d]);
-                                let (lo, hi) = column.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), x| {
-                                    (lo.min(x), hi.max(x))
-                                });
+                                let (lo, hi) = column
+                                    .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)));
                                 for (which, value) in [(0, lo), (1, hi)] {
                                     if blk < n_blocks {
                                         let at = soff + 2 * (((h * 2 + which) * hd + d) * n_blocks + blk);
-                                        self.buffers[sid.0][at..at + 2].copy_from_slice(&f16::from_f32(value).to_le_bytes());
+                                        self.buffers[sid.0][at..at + 2]
+                                            .copy_from_slice(&f16::from_f32(value).to_le_bytes());
                                     }
                                 }
                             }
@@ -216,15 +216,20 @@ impl Cpu {
                 let Tuning::Attention(tuning) = &spec.tuning else {
                     return Err(RunError::Other(format!("{}: no split rule", spec.name)));
                 };
-                let (heads, kv_heads, hd, block) = (*heads as usize, *kv_heads as usize, *head_dim as usize, *block as usize);
-                let (n_ctx, tokens, n_blocks) = (scalar("n_ctx") as usize, scalar("tokens") as usize, scalar("n_blocks") as usize);
+                let (heads, kv_heads, hd, block) =
+                    (*heads as usize, *kv_heads as usize, *head_dim as usize, *block as usize);
+                let (n_ctx, tokens, n_blocks) =
+                    (scalar("n_ctx") as usize, scalar("tokens") as usize, scalar("n_blocks") as usize);
                 let pos = ints(input("pos"), 1)[0] as usize;
                 let (width, group, splits, state) = (kv_heads * hd, heads / kv_heads, tuning.splits as usize, hd + 2);
                 let q = floats(input("q"), tokens * heads * hd);
                 let most = (pos + tokens).min(n_ctx);
                 let (kc, vc) = (halves(input("k_cache"), most * width), halves(input("v_cache"), most * width));
                 let (list, count) = if *sparse {
-                    (ints(input("list"), MAX_WINDOW as usize * kv_heads * n_blocks), ints(input("count"), MAX_WINDOW as usize * kv_heads))
+                    (
+                        ints(input("list"), MAX_WINDOW as usize * kv_heads * n_blocks),
+                        ints(input("count"), MAX_WINDOW as usize * kv_heads),
+                    )
                 } else {
                     (Vec::new(), Vec::new())
                 };
@@ -232,43 +237,52 @@ impl Cpu {
                 let mut partial = floats(&self.buffers[pid.0][poff..], tokens * heads * splits * state);
                 let mut used = vec![0i32; tokens * heads];
                 // One (token, head) a task: its shares exactly as the kernel splits them.
-                partial.par_chunks_mut(splits * state).zip(used.par_iter_mut()).enumerate().for_each(|(i, (out, used))| {
-                    let (t, h) = (i / heads, i % heads);
-                    let kvh = h / group;
-                    let n_kv = pos + t + 1;
-                    if n_kv > n_ctx {
-                        return;
-                    }
-                    let blocks: Vec<usize> = if *sparse {
-                        let row = (t * kv_heads + kvh) * n_blocks;
-                        list[row..row + count[t * kv_heads + kvh].max(0) as usize].iter().map(|&b| b as usize).collect()
-                    } else {
-                        (0..(n_kv - 1) / block + 1).collect()
-                    };
-                    let (per, shares) = tuning.shares(blocks.len() as u32);
-                    *used = shares as i32;
-                    let q = &q[i * hd..][..hd];
-                    for (s, share) in blocks.chunks(per as usize).enumerate().take(shares as usize) {
-                        let positions: Vec<usize> =
-                            share.iter().flat_map(|&b| b * block..(b + 1) * block).filter(|&p| p < n_kv).collect();
-                        let scores: Vec<f64> = positions
-                            .iter()
-                            .map(|&p| {
-                                let k = &kc[p * width + kvh * hd..][..hd];
-                                (0..hd).map(|d| f64::from(q[d] * scale) * f64::from(k[d])).sum()
-                            })
-                            .collect();
-                        let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                        let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                        let st = &mut out[s * state..(s + 1) * state];
-                        st[0] = max as f32;
-                        st[1] = weights.iter().sum::<f64>() as f32;
-                        for d in 0..hd {
-                            let v: f64 = positions.iter().zip(&weights).map(|(&p, w)| w * f64::from(vc[p * width + kvh * hd + d])).sum();
-                            st[2 + d] = v as f32;
+                partial.par_chunks_mut(splits * state).zip(used.par_iter_mut()).enumerate().for_each(
+                    |(i, (out, used))| {
+                        let (t, h) = (i / heads, i % heads);
+                        let kvh = h / group;
+                        let n_kv = pos + t + 1;
+                        if n_kv > n_ctx {
+                            return;
                         }
-                    }
-                });
+                        let blocks: Vec<usize> = if *sparse {
+                            let row = (t * kv_heads + kvh) * n_blocks;
+                            list[row..row + count[t * kv_heads + kvh].max(0) as usize]
+                                .iter()
+                                .map(|&b| b as usize)
+                                .collect()
+                        } else {
+                            (0..(n_kv - 1) / block + 1).collect()
+                        };
+                        let (per, shares) = tuning.shares(blocks.len() as u32);
+                        *used = shares as i32;
+                        let q = &q[i * hd..][..hd];
+                        for (s, share) in blocks.chunks(per as usize).enumerate().take(shares as usize) {
+                            let positions: Vec<usize> =
+                                share.iter().flat_map(|&b| b * block..(b + 1) * block).filter(|&p| p < n_kv).collect();
+                            let scores: Vec<f64> = positions
+                                .iter()
+                                .map(|&p| {
+                                    let k = &kc[p * width + kvh * hd..][..hd];
+                                    (0..hd).map(|d| f64::from(q[d] * scale) * f64::from(k[d])).sum()
+                                })
+                                .collect();
+                            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                            let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                            let st = &mut out[s * state..(s + 1) * state];
+                            st[0] = max as f32;
+                            st[1] = weights.iter().sum::<f64>() as f32;
+                            for d in 0..hd {
+                                let v: f64 = positions
+                                    .iter()
+                                    .zip(&weights)
+                                    .map(|(&p, w)| w * f64::from(vc[p * width + kvh * hd + d]))
+                                    .sum();
+                                st[2 + d] = v as f32;
+                            }
+                        }
+                    },
+                );
                 outputs.push(("partial", f32_bytes(&partial)));
                 outputs.push(("splits", used.iter().flat_map(|v| v.to_le_bytes()).collect()));
             }
@@ -295,7 +309,8 @@ impl Cpu {
                 outputs.push(("out", f32_bytes(&out)));
             }
             Op::QsaScore { heads, kv_heads, head_dim, block } => {
-                let (heads, kv_heads, hd, block) = (*heads as usize, *kv_heads as usize, *head_dim as usize, *block as usize);
+                let (heads, kv_heads, hd, block) =
+                    (*heads as usize, *kv_heads as usize, *head_dim as usize, *block as usize);
                 let (tokens, n_blocks) = (scalar("tokens") as usize, scalar("n_blocks") as usize);
                 let pos = ints(input("pos"), 1)[0] as usize;
                 let group = heads / kv_heads;

@@ -64,7 +64,12 @@ impl Model {
                         let blocks = qsa::QsaConfig { enabled: true, budget: tokens, block: None }
                             .blocks(block)
                             .map_err(RunError::Other)?;
-                        Some(QsaKernels { score: score.clone(), select: select.clone(), sparse: sparse.clone(), budget: blocks })
+                        Some(QsaKernels {
+                            score: score.clone(),
+                            select: select.clone(),
+                            sparse: sparse.clone(),
+                            budget: blocks,
+                        })
                     }
                     None => None,
                 };

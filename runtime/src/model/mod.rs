@@ -260,7 +260,13 @@ impl Model {
         let caches = (0..slots)
             .map(|_| {
                 (0..desc.layers)
-                    .map(|_| Ok(Cache { k: b.alloc(cache_bytes)?, v: b.alloc(cache_bytes)?, summary: b.alloc(summary_bytes)? }))
+                    .map(|_| {
+                        Ok(Cache {
+                            k: b.alloc(cache_bytes)?,
+                            v: b.alloc(cache_bytes)?,
+                            summary: b.alloc(summary_bytes)?,
+                        })
+                    })
                     .collect()
             })
             .collect::<Result<Vec<Vec<_>>, RunError>>()?;
@@ -648,8 +654,12 @@ impl Model {
         let Some(QsaKernels { score, select, sparse, budget }) = qsa else {
             return self.backend.call(dense, &common);
         };
-        let (scores, list, count, blocks) =
-            (("scores", buf(s.scores)), ("list", buf(s.list)), ("count", buf(s.count)), ("n_blocks", Arg::U32(n_blocks)));
+        let (scores, list, count, blocks) = (
+            ("scores", buf(s.scores)),
+            ("list", buf(s.list)),
+            ("count", buf(s.count)),
+            ("n_blocks", Arg::U32(n_blocks)),
+        );
         self.backend.call(score, &[("q", q), ("k_summary", buf(cache.summary)), scores, pos, tokens, blocks])?;
         self.backend.call(select, &[scores, list, count, pos, tokens, blocks, ("budget", Arg::U32(*budget))])?;
         let mut args = common.to_vec();
@@ -771,7 +781,12 @@ impl Model {
             self.attention(&dense, qsa.as_ref().filter(|_| l >= qsa::DENSE_LAYERS), q, cache, t, n_blocks)?;
             self.backend.call(
                 &merge,
-                &[("partial", buf(self.s.partial)), ("splits", buf(self.s.splits)), ("out", buf(attn)), ("tokens", Arg::U32(t))],
+                &[
+                    ("partial", buf(self.s.partial)),
+                    ("splits", buf(self.s.splits)),
+                    ("out", buf(attn)),
+                    ("tokens", Arg::U32(t)),
+                ],
             )?;
             self.gemv(ly.o, buf(attn), buf(proj), t)?;
             h_q8 = self.add_rmsnorm(x[cur], proj, ly.ffn_norm, x[1 - cur], h, t, &Self::ffn_inputs(&ly, t))?;
