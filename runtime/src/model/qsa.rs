@@ -37,7 +37,7 @@ impl QsaConfig {
                 "--qsa-block {block}: these kernels keep key summaries per {compiled} positions; compile with strata-compile --qsa-block {block}"
             ));
         }
-        if compiled == 0 || self.budget % compiled != 0 || self.budget < 2 * compiled {
+        if compiled == 0 || !self.budget.is_multiple_of(compiled) || self.budget < 2 * compiled {
             return Err(format!(
                 "--qsa-budget {} must be a multiple of the {compiled}-position block, at least {}",
                 self.budget,
