@@ -11,6 +11,7 @@ STRATA_DEVICE u32 strata_thread(void) { __builtin_trap(); }
 STRATA_DEVICE u32 strata_block_x(void) { __builtin_trap(); }
 STRATA_DEVICE u32 strata_block_y(void) { __builtin_trap(); }
 STRATA_DEVICE u32 strata_block_z(void) { __builtin_trap(); }
+STRATA_DEVICE void strata_barrier(void) { __builtin_trap(); }
 STRATA_DEVICE float strata_shfl_xor(float, u32) { __builtin_trap(); }
 STRATA_DEVICE i32 strata_shfl_xor_i32(i32, u32) { __builtin_trap(); }
 STRATA_DEVICE float strata_f16_to_f32(u16 h) { return (float)__builtin_bit_cast(_Float16, h); }
