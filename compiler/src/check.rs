@@ -246,6 +246,14 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
             if grid_x != u64::from(*kv_heads) {
                 fail("blocks", grid_x.to_string(), format!("there is one block per KV head ({kv_heads})"));
             }
+            // V rows are read 16 bytes a lane, a whole number of rows a wave.
+            if !head_dim.is_multiple_of(8) || *head_dim > 8 * l.wave_size || !l.wave_size.is_multiple_of(head_dim / 8) {
+                fail(
+                    "head length",
+                    head_dim.to_string(),
+                    format!("a multiple of 8 whose eighth divides the wave of {}", l.wave_size),
+                );
+            }
             let Tuning::Attention(t) = tuning else {
                 fail("tuning", "missing".into(), "attention needs its split rule".into());
                 return errors;
@@ -275,6 +283,17 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
             if *kv_heads == 0 || heads % kv_heads != 0 {
                 fail("query heads per KV head", format!("{heads}/{kv_heads}"), "they must divide evenly".into());
             }
+            let lanes = crate::plan::rules::qsa_score_lanes(*head_dim);
+            if !lanes.is_power_of_two() || !head_dim.is_multiple_of(4 * lanes) || !l.threads.is_multiple_of(lanes) {
+                fail(
+                    "head length",
+                    head_dim.to_string(),
+                    format!(
+                        "{lanes} lanes a KV block, 4 dimensions or a multiple of 4 each, within {} threads",
+                        l.threads
+                    ),
+                );
+            }
             let queries = crate::plan::rules::qsa_tokens_per_tile(*heads, *kv_heads) * (heads / (*kv_heads).max(1));
             if l.shared_bytes != queries * head_dim * 4 {
                 fail(
@@ -285,12 +304,15 @@ fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
             }
         }
         (Op::QsaSelect { .. }, _) => {
-            let needed = (crate::plan::rules::QSA_SELECT_BINS + 2 * l.threads + 4) * 4;
-            if l.threads < crate::plan::rules::QSA_SELECT_BINS || l.shared_bytes != needed {
+            let needed = crate::plan::rules::qsa_select_fixed_bytes(l.threads) + 4 * l.threads;
+            if l.threads < crate::plan::rules::QSA_SELECT_BINS || l.shared_bytes < needed {
                 fail(
                     "threads and shared memory",
                     format!("{} threads, {} bytes", l.threads, l.shared_bytes),
-                    format!("a thread per radix bin ({}) and {needed} bytes", crate::plan::rules::QSA_SELECT_BINS),
+                    format!(
+                        "a thread per radix bin ({}) and at least {needed} bytes (a staged key a thread)",
+                        crate::plan::rules::QSA_SELECT_BINS
+                    ),
                 );
             }
         }
@@ -349,6 +371,32 @@ mod tests {
                         assert!(errors.is_empty(), "{} {}: {errors:?}", target.name, k.name);
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn attention_and_qsa_kernels_fit_every_shipped_target_and_odd_heads_are_refused() {
+        for target in crate::target::known() {
+            for (heads, kv_heads, head_dim) in [(32, 8, 128), (9, 3, 64), (16, 16, 256), (64, 4, 128)] {
+                let ops = [
+                    Op::QsaScore { heads, kv_heads, head_dim, block: 16 },
+                    Op::QsaSelect { kv_heads, block: 16 },
+                    Op::Attention { heads, kv_heads, head_dim, scale: 0.1, block: 16, sparse: true },
+                ];
+                for op in ops {
+                    let k = rules::kernel(op, &target);
+                    let errors = check(&plan(vec![k.clone()]), &target);
+                    assert!(errors.is_empty(), "{} {}: {errors:?}", target.name, k.name);
+                }
+            }
+            // 24 lanes a KV block cannot meet in a butterfly, nor 12 chunks of a V row fill a wave.
+            for op in [
+                Op::QsaScore { heads: 32, kv_heads: 8, head_dim: 96, block: 16 },
+                Op::Attention { heads: 32, kv_heads: 8, head_dim: 96, scale: 0.1, block: 16, sparse: false },
+            ] {
+                let errors = check(&plan(vec![rules::kernel(op, &target)]), &target);
+                assert!(errors.iter().any(|e| e.to_string().contains("head length is 96")), "{errors:?}");
             }
         }
     }

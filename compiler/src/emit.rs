@@ -13,7 +13,7 @@ use handlebars::Handlebars;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::plan::{Dim, Extent, Fault, KernelSpec, MAX_WINDOW, Op, Plan, RopeStyle, Tuning};
+use crate::plan::{Dim, Extent, Fault, KernelSpec, MAX_WINDOW, Op, Plan, RopeStyle, Tuning, rules};
 use crate::quant::{GgmlType, grids};
 use crate::target::{Target, Vendor};
 
@@ -217,8 +217,8 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
             "extern \"C\" void strata_host_dequant32_{name}(const u8* row, u32 chunk, float* w) {{ \
              strata_dequant32_{name}(row, chunk, w); }}"
         );
-        if crate::plan::rules::INT8_DOT.contains(q) {
-            let table = crate::plan::rules::lookup_table(*q).map_or("0", |(table, _, _)| table);
+        if rules::INT8_DOT.contains(q) {
+            let table = rules::lookup_table(*q).map_or("0", |(table, _, _)| table);
             let _ = writeln!(
                 source,
                 "extern \"C\" float strata_host_dot32_{name}(const u8* row, u32 chunk, const i32* q, i32 qsum) {{ \
@@ -303,7 +303,7 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
         Op::Gemv { quant, rows, cols, window } if matches!(spec.tuning, Tuning::GemvQ8(_)) => {
             let Tuning::GemvQ8(t) = &spec.tuning else { return ctx };
             let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
-            let table = crate::plan::rules::lookup_table(*quant);
+            let table = rules::lookup_table(*quant);
             json!({
                 "quant": quant.name().to_ascii_lowercase(),
                 "quant_name": quant.name(),
@@ -372,9 +372,9 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
             json!({
                 "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "block": block, "sparse": sparse,
                 "group": heads / kv_heads, "kv_width": kv_heads * head_dim,
-                "per_lane": head_dim.div_ceil(target.device.wave_size),
                 "scale": c_float(*scale), "splits": t.splits, "split_blocks": t.split_blocks,
-                "state": head_dim + 2, "max_window": MAX_WINDOW, "vec8": head_dim % 8 == 0,
+                "state": head_dim + 2, "max_window": MAX_WINDOW,
+                "v_lanes": head_dim / 8, "v_rows": target.device.wave_size / (head_dim / 8).max(1),
             })
         }
         Op::AttentionMerge { heads, head_dim } => {
@@ -383,15 +383,18 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
         }
         Op::QsaScore { heads, kv_heads, head_dim, block } => {
             let group = heads / kv_heads;
-            let tile = crate::plan::rules::qsa_tokens_per_tile(*heads, *kv_heads);
+            let tile = rules::qsa_tokens_per_tile(*heads, *kv_heads);
+            let (lanes, per_group) = (rules::qsa_score_lanes(*head_dim), rules::QSA_SCORE_BLOCKS_PER_GROUP);
             json!({
                 "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "block": block, "group": group,
                 "tile_tokens": tile, "tile_queries": tile * group, "max_window": MAX_WINDOW,
+                "lanes": lanes, "dims": head_dim / lanes, "chunks": head_dim / lanes / 4,
+                "groups": l.threads / lanes, "per_group": per_group, "per_cta": l.threads / lanes * per_group,
             })
         }
         Op::QsaSelect { kv_heads, block } => json!({
-            "kv_heads": kv_heads, "block": block, "bins": crate::plan::rules::QSA_SELECT_BINS,
-            "max_window": MAX_WINDOW,
+            "kv_heads": kv_heads, "block": block, "bins": rules::QSA_SELECT_BINS,
+            "max_window": MAX_WINDOW, "staged": (l.shared_bytes - rules::qsa_select_fixed_bytes(l.threads)) / 4,
         }),
         Op::Softmax { n } | Op::Argmax { n } => json!({ "n": n }),
     };

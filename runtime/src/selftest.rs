@@ -22,8 +22,9 @@ use crate::backend::{Arg, Backend, DeviceInfo, RunError};
 /// Position the test's KV windows start at (inside the test context): far enough in for
 /// attention to take several splits and QSA to choose among a dozen blocks.
 const TEST_POS: i32 = 200;
-/// Context the tests run with.
-const TEST_CTX: u32 = 320;
+/// Context the tests run with: well past the windows, so that QSA's score kernel also
+/// takes its exit for whole thread blocks of KV blocks past the newest.
+const TEST_CTX: u32 = 1280;
 /// Blocks QSA keeps in the selection tests (and lists in the sparse attention tests).
 const TEST_BUDGET: u32 = 4;
 

@@ -435,10 +435,11 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let mut s = open(&o, SelfTest::Auto, false, 1)?;
             if attention {
-                println!("{:>9} {:>14} {:>14}", "context", "attention", "per layer");
+                println!("{:>9} {:>14} {:>14}   alone: kernel us", "context", "attention", "per layer");
                 for t in s.model.bench_attention(&contexts, &qsa_budgets, 20)? {
                     let kind = t.budget.map_or("dense".to_string(), |b| format!("qsa {b}"));
-                    println!("{:>9} {kind:>14} {:>11.2} us", t.context, t.seconds * 1e6);
+                    let parts: Vec<String> = t.parts.iter().map(|(k, v)| format!("{k} {:.2}", v * 1e6)).collect();
+                    println!("{:>9} {kind:>14} {:>11.2} us   {}", t.context, t.seconds * 1e6, parts.join(", "));
                 }
                 return Ok(());
             }

@@ -175,7 +175,8 @@ pub enum Op {
     /// writes into, the element-wise min and max over that block's keys so far (positions
     /// `block·b` to the window's last), per KV head, recomputed whole from the cache. A
     /// rewound position is therefore never in a summary once it is overwritten, and every
-    /// block before the current one is summarized exactly.
+    /// block before the current one is summarized exactly. Layout [KV head][block]
+    /// [dimension][min, max]: a block's summary is one contiguous read.
     RopeStore {
         /// Pairing.
         style: RopeStyle,
@@ -251,9 +252,10 @@ pub enum Op {
     /// QSA's block scores (Quest): for each token `t` of a window, KV head and KV block
     /// `b`, the largest over the group's query heads of the bound
     /// `U = Σ_i max(q_i·min_i, q_i·max_i)` on any `q·k` of the block, from the key
-    /// summaries [`Op::RopeStore`] keeps; the sum runs over `i` in order in f32. The first
-    /// block and the token's newest block score +∞ (always kept), blocks past it −∞.
-    /// A block's summary is read once for every query of the window.
+    /// summaries [`Op::RopeStore`] keeps, in f32 in the order
+    /// [`rules::qsa_score_lanes`] fixes for every target. The first block and the token's
+    /// newest block score +∞ (always kept), blocks past it −∞. A block's summary is read
+    /// once for every query of the window.
     QsaScore {
         /// Query heads.
         heads: u32,

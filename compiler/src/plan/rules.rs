@@ -64,22 +64,38 @@ pub const Q8_ACCUMULATORS: u32 = 32;
 /// block stages the lookup grid once, however many rows it then decodes.
 pub const Q8_BLOCKS_PER_CU: u32 = 4;
 
-/// Most splits of one (token, head) in attention. Sixteen splits of every KV head keep
-/// all SMs / CUs of the largest shipped part busy for one decode token (8 KV heads × 16
-/// = 128 blocks on the H200's 132 SMs) while a prefill chunk's partial states stay small.
-pub const ATTENTION_SPLITS: u32 = 16;
+/// Most splits of one (token, head) in attention. A decode token deep in a long context
+/// needs many waves reading at once: with 16 splits, 8 KV heads gave 128 blocks (4 waves
+/// each) on the H200's 132 SMs, and dense attention at 128k read 405 GB/s; 64 give four
+/// times the waves, while a 16-token window's partial states stay near 17 MB at 8B shape.
+pub const ATTENTION_SPLITS: u32 = 64;
 /// Most KV positions per QSA block (the summaries' granularity).
 pub const MAX_QSA_BLOCK: u32 = 1024;
-/// Queries a QSA score thread bounds at once (its accumulators): the window's tokens
-/// are taken as many at a time as fit, so a block summary is read once per this many
-/// queries, once per window where tokens × group heads ≤ 32.
-pub const QSA_QUERIES: u32 = 32;
-/// Threads of a QSA score block (one KV block each).
+/// Queries a QSA score block stages at once: the window's tokens are taken as many at a
+/// time as fit, once per window where tokens × group heads ≤ 16.
+pub const QSA_QUERIES: u32 = 16;
+/// Threads of a QSA score block.
 pub const QSA_SCORE_THREADS: u32 = 128;
+/// KV blocks a QSA score lane group loads together: their summaries' loads are in flight at
+/// once (one load a block kept the H200 at a tenth of its bandwidth, latency-bound).
+pub const QSA_SCORE_BLOCKS_PER_GROUP: u32 = 4;
 /// Threads of a QSA selection block (one (token, KV head) each).
 pub const QSA_SELECT_THREADS: u32 = 512;
 /// Bins of one QSA selection radix pass (8 bits of the score's key at a time).
 pub const QSA_SELECT_BINS: u32 = 256;
+
+/// Shared bytes a QSA selection block of `threads` needs besides its staged keys (bins,
+/// scan scratch, the found digit).
+pub fn qsa_select_fixed_bytes(threads: u32) -> u32 {
+    (QSA_SELECT_BINS + 2 * threads + 4) * 4
+}
+
+/// Score keys a QSA selection block stages in shared memory: what is left of `shared_bytes`
+/// (the target's allowance) in whole rows of `threads` (10752 keys, 168k positions at
+/// block 16, on a 48 KiB part), leaving the compiler its own few bytes.
+pub fn qsa_select_staged(shared_bytes: u32, threads: u32) -> u32 {
+    shared_bytes.saturating_sub(qsa_select_fixed_bytes(threads)) / 4 / threads * threads
+}
 
 /// KV positions per QSA block on `target`: 16, Quest's page size, on every shipped
 /// target (a block's keys are then one 4 KiB read per KV head of dimension 128, and a
@@ -96,7 +112,14 @@ pub fn attention(block: u32, target: &Target) -> AttentionTuning {
     AttentionTuning { splits: ATTENTION_SPLITS, split_blocks: positions.div_ceil(block.max(1)) }
 }
 
-/// Tokens of a window a QSA score thread bounds at once (see [`QSA_QUERIES`]).
+/// Lanes of a QSA score kernel that bound one KV block together, each over head_dim / lanes
+/// consecutive dimensions (16 bytes of summary per 4): at most 32, so that the sum's order,
+/// and the CPU reference that mirrors it, is the same on every target.
+pub fn qsa_score_lanes(head_dim: u32) -> u32 {
+    (head_dim / 4).clamp(1, 32)
+}
+
+/// Tokens of a window a QSA score block stages at once (see [`QSA_QUERIES`]).
 pub fn qsa_tokens_per_tile(heads: u32, kv_heads: u32) -> u32 {
     (QSA_QUERIES / (heads / kv_heads.max(1)).max(1)).clamp(1, MAX_WINDOW)
 }
@@ -270,14 +293,18 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
             )
         }
         Op::Attention { heads, kv_heads, head_dim, block, sparse, .. } => {
-            let threads = WAVES_PER_BLOCK * wave;
             let group = heads / (*kv_heads).max(1);
             let t = attention(*block, target);
             // The group's queries; per wave a tile's weights and positions; per wave and
-            // head the softmax state merged at the end.
-            let shared =
-                (group * head_dim + WAVES_PER_BLOCK * (group + 1) * wave + WAVES_PER_BLOCK * group * (2 + head_dim))
-                    * 4;
+            // head the softmax state merged at the end. Fewer waves where a large group's
+            // states would not fit (16 query heads a KV head, head 128, on a 48 KiB part).
+            let shared_for =
+                |waves: u32| (group * head_dim + waves * (group + 1) * wave + waves * group * (2 + head_dim)) * 4;
+            let mut waves = WAVES_PER_BLOCK;
+            while waves > 1 && shared_for(waves) > target.device.shared_bytes_per_block {
+                waves /= 2;
+            }
+            let (threads, shared) = (waves * wave, shared_for(waves));
             let width = kv_heads * head_dim;
             let mut buffers = vec![
                 buffer("q", Elem::F32, per("tokens", heads * head_dim), false),
@@ -321,15 +348,19 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
         }
         Op::QsaScore { heads, kv_heads, head_dim, .. } => {
             let tile = qsa_tokens_per_tile(*heads, *kv_heads) * (heads / (*kv_heads).max(1));
+            let threads = QSA_SCORE_THREADS.max(wave);
             (
-                // A thread per KV block, a block row per KV head.
+                // Lane groups of a few KV blocks each, a block row per KV head.
                 launch(
                     [
-                        Dim::Runtime { arg: "n_blocks".into(), per_block: QSA_SCORE_THREADS },
+                        Dim::Runtime {
+                            arg: "n_blocks".into(),
+                            per_block: threads / qsa_score_lanes(*head_dim) * QSA_SCORE_BLOCKS_PER_GROUP,
+                        },
                         Dim::Fixed(*kv_heads),
                         Dim::Fixed(1),
                     ],
-                    QSA_SCORE_THREADS.max(wave),
+                    threads,
                     tile * head_dim * 4,
                 ),
                 Tuning::None {},
@@ -348,7 +379,8 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
                 launch(
                     [Dim::Fixed(*kv_heads), rows("tokens"), Dim::Fixed(1)],
                     threads,
-                    (QSA_SELECT_BINS + 2 * threads + 4) * 4,
+                    qsa_select_fixed_bytes(threads)
+                        + 4 * qsa_select_staged(target.device.shared_bytes_per_block, threads),
                 ),
                 Tuning::None {},
                 vec![

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use half::f16;
 use rayon::prelude::*;
-use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Op, RopeStyle, Tuning};
+use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Op, RopeStyle, Tuning, rules};
 
 use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, RunError, bind};
 
@@ -167,7 +167,7 @@ impl Cpu {
                                     .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)));
                                 for (which, value) in [(0, lo), (1, hi)] {
                                     if blk < n_blocks {
-                                        let at = soff + 2 * (((h * 2 + which) * hd + d) * n_blocks + blk);
+                                        let at = soff + 2 * (((h * n_blocks + blk) * hd + d) * 2 + which);
                                         self.buffers[sid.0][at..at + 2]
                                             .copy_from_slice(&f16::from_f32(value).to_le_bytes());
                                     }
@@ -323,7 +323,7 @@ impl Cpu {
                     for kvh in 0..kv_heads {
                         for b in 0..n_blocks {
                             let column = |which: usize| -> Vec<f32> {
-                                (0..hd).map(|d| summary[((kvh * 2 + which) * hd + d) * n_blocks + b]).collect()
+                                (0..hd).map(|d| summary[((kvh * n_blocks + b) * hd + d) * 2 + which]).collect()
                             };
                             scores[(t * kv_heads + kvh) * n_blocks + b] = if b == 0 || b == newest {
                                 f32::INFINITY
@@ -426,14 +426,27 @@ fn rmsnorm(x: &[f32], w: &[f32], n: usize, eps: f32) -> Vec<f32> {
 }
 
 /// QSA's bound on `q · k` for every key `k` of a block whose element-wise minimum and
-/// maximum are `lo` and `hi`: `Σ_i max(q_i·lo_i, q_i·hi_i)`, summed in order in f32 as
-/// the `qsa_score` kernel sums it.
+/// maximum are `lo` and `hi`: `Σ_i max(q_i·lo_i, q_i·hi_i)`, summed in f32 as the
+/// `qsa_score` kernel sums it: [`rules::qsa_score_lanes`] consecutive runs of the
+/// dimensions each in order, then a butterfly over the runs (xor lanes/2 down to 1).
 pub fn qsa_bound(q: &[f32], lo: &[f32], hi: &[f32]) -> f32 {
-    let mut u = 0f32;
-    for ((&x, &lo), &hi) in q.iter().zip(lo).zip(hi) {
-        u += (x * lo).max(x * hi);
+    let lanes = rules::qsa_score_lanes(q.len() as u32) as usize;
+    let mut sums: Vec<f32> = (0..lanes)
+        .map(|c| {
+            let run = c * q.len() / lanes..(c + 1) * q.len() / lanes;
+            q[run.clone()]
+                .iter()
+                .zip(&lo[run.clone()])
+                .zip(&hi[run])
+                .fold(0f32, |s, ((&x, &lo), &hi)| s + (x * lo).max(x * hi))
+        })
+        .collect();
+    let mut m = lanes / 2;
+    while m > 0 {
+        sums = (0..lanes).map(|c| sums[c] + sums[c ^ m]).collect();
+        m /= 2;
     }
-    u
+    sums[0]
 }
 
 /// QSA's selection from one (token, KV head)'s block scores: every block where there

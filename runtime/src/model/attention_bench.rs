@@ -24,6 +24,8 @@ pub struct AttentionTiming {
     /// Seconds per layer (attention up to and including the merge; with QSA, the
     /// score and selection kernels too).
     pub seconds: f64,
+    /// Seconds of each kernel alone, by name (score, select, attention, merge).
+    pub parts: Vec<(&'static str, f64)>,
 }
 
 impl Model {
@@ -73,32 +75,88 @@ impl Model {
                     }
                     None => None,
                 };
-                self.backend.begin_capture()?;
-                let queued = (0..reps).try_for_each(|_| {
-                    self.attention(&dense, kernels.as_ref(), Arg::Buf(self.s.q, 0), cache, 1, n_blocks)?;
-                    let s = &self.s;
-                    self.backend.call(
-                        &merge,
-                        &[
-                            ("partial", Arg::Buf(s.partial, 0)),
-                            ("splits", Arg::Buf(s.splits, 0)),
-                            ("out", Arg::Buf(s.attn, 0)),
-                            ("tokens", Arg::U32(1)),
-                        ],
-                    )
-                });
-                let graph = self.backend.end_capture();
-                queued?;
-                let graph = graph?;
-                self.backend.replay(graph)?;
-                let start = self.backend.mark()?;
-                self.backend.replay(graph)?;
-                let end = self.backend.mark()?;
-                let seconds = self.backend.seconds(start, end)? / reps as f64;
-                out.push(AttentionTiming { context, budget, seconds });
+                let q = Arg::Buf(self.s.q, 0);
+                let seconds = self.time_replayed(reps, &mut |m| {
+                    m.attention(&dense, kernels.as_ref(), q, cache, 1, n_blocks)?;
+                    m.merge(&merge)
+                })?;
+                let mut parts = Vec::new();
+                if let Some(k) = &kernels {
+                    let (s, blocks) = (&self.s, Arg::U32(n_blocks));
+                    let score = [
+                        ("q", q),
+                        ("k_summary", Arg::Buf(cache.summary, 0)),
+                        ("scores", Arg::Buf(s.scores, 0)),
+                        ("pos", Arg::Buf(s.pos, 0)),
+                        ("tokens", Arg::U32(1)),
+                        ("n_blocks", blocks),
+                    ];
+                    let select = [
+                        ("scores", Arg::Buf(s.scores, 0)),
+                        ("list", Arg::Buf(s.list, 0)),
+                        ("count", Arg::Buf(s.count, 0)),
+                        ("pos", Arg::Buf(s.pos, 0)),
+                        ("tokens", Arg::U32(1)),
+                        ("n_blocks", blocks),
+                        ("budget", Arg::U32(k.budget)),
+                    ];
+                    parts.push(("score", self.time_replayed(reps, &mut |m| m.backend.call(&k.score, &score))?));
+                    parts.push(("select", self.time_replayed(reps, &mut |m| m.backend.call(&k.select, &select))?));
+                }
+                let attention = if kernels.is_some() { &sparse } else { &dense };
+                let (s, blocks) = (&self.s, Arg::U32(n_blocks));
+                let mut args = vec![
+                    ("q", q),
+                    ("k_cache", Arg::Buf(cache.k, 0)),
+                    ("v_cache", Arg::Buf(cache.v, 0)),
+                    ("partial", Arg::Buf(s.partial, 0)),
+                    ("splits", Arg::Buf(s.splits, 0)),
+                    ("pos", Arg::Buf(s.pos, 0)),
+                    ("tokens", Arg::U32(1)),
+                    ("n_ctx", Arg::U32(self.n_ctx)),
+                ];
+                if kernels.is_some() {
+                    args.extend([("list", Arg::Buf(s.list, 0)), ("count", Arg::Buf(s.count, 0)), ("n_blocks", blocks)]);
+                }
+                parts.push(("attention", self.time_replayed(reps, &mut |m| m.backend.call(attention, &args))?));
+                parts.push(("merge", self.time_replayed(reps, &mut |m| m.merge(&merge))?));
+                out.push(AttentionTiming { context, budget, seconds, parts });
             }
         }
         self.reset();
         Ok(out)
+    }
+
+    /// Seconds per repetition of what `queue` enqueues, captured `reps` times as one
+    /// graph and replayed (after one warm-up replay).
+    fn time_replayed(
+        &mut self,
+        reps: usize,
+        queue: &mut dyn FnMut(&mut Model) -> Result<(), RunError>,
+    ) -> Result<f64, RunError> {
+        self.backend.begin_capture()?;
+        let queued = (0..reps).try_for_each(|_| queue(self));
+        let graph = self.backend.end_capture();
+        queued?;
+        let graph = graph?;
+        self.backend.replay(graph)?;
+        let start = self.backend.mark()?;
+        self.backend.replay(graph)?;
+        let end = self.backend.mark()?;
+        Ok(self.backend.seconds(start, end)? / reps as f64)
+    }
+
+    /// The attention merge of one decode token into the attention output.
+    fn merge(&mut self, merge: &strata_compiler::plan::KernelSpec) -> Result<(), RunError> {
+        let s = &self.s;
+        self.backend.call(
+            merge,
+            &[
+                ("partial", Arg::Buf(s.partial, 0)),
+                ("splits", Arg::Buf(s.splits, 0)),
+                ("out", Arg::Buf(s.attn, 0)),
+                ("tokens", Arg::U32(1)),
+            ],
+        )
     }
 }

@@ -378,7 +378,7 @@ impl Model {
         let bytes = |v: &[half::f16]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
         let (keys, values) = (pattern(period * width), pattern(period * width));
         let (k_bytes, v_bytes) = (bytes(&keys), bytes(&values));
-        // The summaries of the pattern's blocks, [KV head][min, max][dimension][block].
+        // The summaries of the pattern's blocks, [KV head][block][dimension][min, max].
         let mut summary = vec![half::f16::ZERO; n_blocks * 2 * width];
         for blk in 0..(depth as usize).div_ceil(block) {
             let rows = blk * block..((blk + 1) * block).min(depth as usize);
@@ -387,8 +387,8 @@ impl Model {
                     let column = rows.clone().map(|p| keys[(p % period) * width + h * hd + d]);
                     let lo = column.clone().fold(half::f16::INFINITY, |a, b| if b < a { b } else { a });
                     let hi = column.fold(half::f16::NEG_INFINITY, |a, b| if b > a { b } else { a });
-                    summary[((h * 2) * hd + d) * n_blocks + blk] = lo;
-                    summary[((h * 2 + 1) * hd + d) * n_blocks + blk] = hi;
+                    summary[((h * n_blocks + blk) * hd + d) * 2] = lo;
+                    summary[((h * n_blocks + blk) * hd + d) * 2 + 1] = hi;
                 }
             }
         }
