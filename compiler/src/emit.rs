@@ -374,7 +374,7 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
                 "group": heads / kv_heads, "kv_width": kv_heads * head_dim,
                 "scale": c_float(*scale), "splits": t.splits, "split_blocks": t.split_blocks,
                 "state": head_dim + 2, "max_window": MAX_WINDOW,
-                "v_lanes": head_dim / 8, "v_rows": target.device.wave_size / (head_dim / 8).max(1),
+                "v_lanes": head_dim / 8, "v_rows": l.wave_size / (head_dim / 8).max(1),
             })
         }
         Op::AttentionMerge { heads, head_dim } => {
@@ -394,7 +394,7 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
         }
         Op::QsaSelect { kv_heads, block } => json!({
             "kv_heads": kv_heads, "block": block, "bins": rules::QSA_SELECT_BINS,
-            "max_window": MAX_WINDOW, "staged": (l.shared_bytes - rules::qsa_select_fixed_bytes(l.threads)) / 4,
+            "max_window": MAX_WINDOW, "staged": l.shared_bytes.saturating_sub(rules::qsa_select_fixed_bytes(l.threads)) / 4,
         }),
         Op::Softmax { n } | Op::Argmax { n } => json!({ "n": n }),
     };
