@@ -3,7 +3,8 @@
 # binaries and sm_90 artifacts of the Llama-8B-shape benchmark packs. The packs (2 to
 # 5 GiB each) are made in /tmp here and again on the device by the same deterministic
 # command (scripts/device/bench-packs.sh); only the artifacts travel. ONLY=REGEX makes
-# only the packs whose names match.
+# only the packs whose names match; the MoE packs of scripts/device/bench-moe.sh (9 GiB)
+# only so (ONLY='^qwen3moe' scripts/prepare-bench.sh).
 #
 # SWEEP=REGEX also builds, for the packs whose names match, the variants that
 # bench-decode.sh times beside the default in the same run: bench-r1 and bench-r4 (one
@@ -49,6 +50,8 @@ fi
 mkdir -p .device/bench
 while read -r name preset types layers; do
     [ -n "${ONLY:-}" ] && ! [[ "$name" =~ $ONLY ]] && continue
+    # The 9 GiB MoE packs (scripts/device/bench-moe.sh) only when ONLY names them.
+    [ -z "${ONLY:-}" ] && [[ "$name" =~ $MOE_PACKS ]] && continue
     pack=/tmp/strata-packs/$name.gguf
     synth_bench_pack "$sc" /tmp/strata-packs "$name" "$preset" "$types" "$layers"
     $sc --pack "$pack" --target sm_90 --spec "${SPEC:-4}" --out ".device/bench/$name"

@@ -207,6 +207,7 @@ fn completions_chat_streaming_usage_stops_and_determinism() {
     let (_, metrics) = server.call("GET", "/metrics", None, &[]);
     assert!(metrics.contains("strata_completion_tokens_total"), "{metrics}");
     assert!(metrics.contains("strata_requests_running 0"), "{metrics}");
+    assert!(metrics.contains("strata_expert_lookups_total 0"), "a dense pack looks up no experts: {metrics}");
 }
 
 #[test]

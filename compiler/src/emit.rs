@@ -13,7 +13,9 @@ use handlebars::Handlebars;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::plan::{Dim, Extent, Fault, KernelSpec, MAX_WINDOW, Op, Plan, RopeStyle, Tuning, rules};
+use crate::plan::{
+    Dim, ExpertInput, Extent, Fault, KernelSpec, MAX_WINDOW, Op, Plan, RopeStyle, RouteLayout, Tuning, rules,
+};
 use crate::quant::{GgmlType, grids};
 use crate::target::{Target, Vendor};
 
@@ -54,11 +56,14 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("common", include_str!("../../templates/common.cuh")),
     ("ops/gemv", include_str!("../../templates/ops/gemv.cu.hbs")),
     ("ops/gemv_q8", include_str!("../../templates/ops/gemv_q8.cu.hbs")),
+    ("ops/expert_select", include_str!("../../templates/ops/expert_select.cu.hbs")),
     ("ops/quantize_q8", include_str!("../../templates/ops/quantize_q8.cu.hbs")),
     ("ops/rmsnorm", include_str!("../../templates/ops/rmsnorm.cu.hbs")),
     ("ops/add_rmsnorm", include_str!("../../templates/ops/add_rmsnorm.cu.hbs")),
     ("ops/rope_store", include_str!("../../templates/ops/rope_store.cu.hbs")),
     ("ops/silu_mul", include_str!("../../templates/ops/silu_mul.cu.hbs")),
+    ("ops/moe_route", include_str!("../../templates/ops/moe_route.cu.hbs")),
+    ("ops/moe_sum", include_str!("../../templates/ops/moe_sum.cu.hbs")),
     ("ops/add", include_str!("../../templates/ops/add.cu.hbs")),
     ("ops/embed", include_str!("../../templates/ops/embed.cu.hbs")),
     ("ops/attention", include_str!("../../templates/ops/attention.cu.hbs")),
@@ -178,8 +183,9 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
     let mut kernels = Vec::with_capacity(plan.kernels.len());
     for (id, spec) in plan.kernels.iter().enumerate() {
         let ctx = context(spec, id, target);
-        let template = match spec.tuning {
-            Tuning::GemvQ8(_) => "gemv_q8",
+        let template = match (&spec.tuning, &spec.op) {
+            (Tuning::GemvQ8(_), _) => "gemv_q8",
+            (_, Op::ExpertGemv { .. }) => "gemv",
             _ => spec.op.kind(),
         };
         let mut text = render(&format!("ops/{template}"), &spec.name, &ctx)?;
@@ -231,7 +237,7 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
 
 fn quant_of(op: &Op) -> Option<GgmlType> {
     match op {
-        Op::Gemv { quant, .. } | Op::Embed { quant, .. } => Some(*quant),
+        Op::Gemv { quant, .. } | Op::Embed { quant, .. } | Op::ExpertGemv { quant, .. } => Some(*quant),
         _ => None,
     }
 }
@@ -292,19 +298,25 @@ fn fixed(spec: &KernelSpec, buffer: &str) -> u64 {
 /// The template context of one kernel: its record plus values derived from it.
 fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
     let l = &spec.launch;
-    let mut ctx = json!({
+    // Each buffer's position in the signature: what `--checked` kernels record.
+    let buf: serde_json::Map<String, Value> =
+        spec.buffers.iter().enumerate().map(|(i, b)| (b.name.clone(), json!(i))).collect();
+    let ctx = json!({
         "name": spec.name,
         "id": id,
+        "buf": buf,
         "threads": l.threads,
         "waves": l.waves,
         "wave_size": l.wave_size,
     });
     let extra = match &spec.op {
-        Op::Gemv { quant, rows, cols, window } if matches!(spec.tuning, Tuning::GemvQ8(_)) => {
+        Op::Gemv { quant, rows, cols, window } | Op::ExpertGemv { quant, rows, cols, window, .. }
+            if matches!(spec.tuning, Tuning::GemvQ8(_)) =>
+        {
             let Tuning::GemvQ8(t) = &spec.tuning else { return ctx };
             let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
             let table = rules::lookup_table(*quant);
-            json!({
+            let gemv = json!({
                 "quant": quant.name().to_ascii_lowercase(),
                 "quant_name": quant.name(),
                 "rows": rows, "cols": cols, "window": window, "row_bytes": row_bytes,
@@ -320,14 +332,14 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
                 "rows_per_wave": t.rows_per_wave, "groups": rows.div_ceil(t.rows_per_wave),
                 "blocks": match l.grid[0] { Dim::Fixed(n) => n, Dim::Runtime { .. } => 0 },
                 "loads": t.loads, "chunks_per_lane": t.slab_chunks / target.device.wave_size,
-                "w_len": fixed(spec, "w"), "xq_len": fixed(spec, "xq"), "xd_len": fixed(spec, "xd"),
-                "y_len": fixed(spec, "y"),
-            })
+                "xq_len": fixed(spec, "xq"), "xd_len": fixed(spec, "xd"), "y_len": fixed(spec, "y"),
+            });
+            merge(gemv, experts(spec))
         }
         Op::QuantizeQ8 { cols } => json!({ "cols": cols, "chunks": cols / 32 }),
-        Op::Gemv { quant, rows, cols, window } => {
+        Op::Gemv { quant, rows, cols, window } | Op::ExpertGemv { quant, rows, cols, window, .. } => {
             let Tuning::Gemv(t) = &spec.tuning else { return ctx };
-            json!({
+            let gemv = json!({
                 "quant": quant.name().to_ascii_lowercase(),
                 "quant_name": quant.name(),
                 "rows": rows, "cols": cols, "window": window,
@@ -338,12 +350,16 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
                 "tile_floats": t.tile_cols / 32 * t.chunk_stride,
                 "split": t.split, "split_k": t.split > 1, "rows_per_block": t.rows_per_block,
                 "lanes": t.split * target.device.wave_size,
-                "w_len": fixed(spec, "w"), "x_len": fixed(spec, "x"), "y_len": fixed(spec, "y"),
-            })
+                "x_len": fixed(spec, "x"), "y_len": fixed(spec, "y"),
+            });
+            merge(gemv, experts(spec))
         }
-        Op::RmsNorm { n, eps } => json!({ "n": n, "eps": c_float(*eps), "per_thread": n.div_ceil(l.threads) }),
-        Op::AddRmsNorm { n, eps, q8 } => {
-            json!({ "n": n, "eps": c_float(*eps), "q8": q8, "per_thread": n.div_ceil(l.threads) })
+        Op::RmsNorm { n, eps, qk } => json!({
+            "n": n, "eps": c_float(*eps), "per_thread": n.div_ceil(l.threads),
+            "qk": qk.is_some(), "q_heads": qk.map_or(0, |[q, _]| q), "period": qk.map_or(1, |[q, k]| q + k),
+        }),
+        Op::AddRmsNorm { n, eps, q8, experts } => {
+            json!({ "n": n, "eps": c_float(*eps), "q8": q8, "experts": experts, "per_thread": n.div_ceil(l.threads) })
         }
         Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims, block } => {
             let rope_half = rope_dims / 2;
@@ -357,7 +373,13 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
                 "pair_a": a, "pair_b": b, "pairing": pairing, "block": block,
             })
         }
-        Op::SiluMul { n, q8 } => json!({ "n": n, "q8": q8 }),
+        Op::SiluMul { n, q8, paired } => json!({ "n": n, "q8": q8, "paired": paired }),
+        Op::MoeRoute { experts, used } => json!({
+            "experts": experts, "used": used, "max_window": MAX_WINDOW, "words": experts.div_ceil(32),
+            "per_lane": experts.div_ceil(l.wave_size), "capacity": RouteLayout::new(*experts, *used).capacity,
+            "route_len": RouteLayout::new(*experts, *used).len(),
+        }),
+        Op::MoeSum { n, used } => json!({ "n": n, "used": used }),
         Op::Add { n, broadcast } => {
             json!({ "n": n, "broadcast": broadcast, "b_index": if *broadcast { "i" } else { "at" } })
         }
@@ -377,9 +399,9 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
                 "v_lanes": head_dim / 8, "v_rows": l.wave_size / (head_dim / 8).max(1),
             })
         }
-        Op::AttentionMerge { heads, head_dim } => {
+        Op::AttentionMerge { heads, head_dim, q8 } => {
             let Tuning::Attention(t) = &spec.tuning else { return ctx };
-            json!({ "heads": heads, "head_dim": head_dim, "splits": t.splits, "state": head_dim + 2 })
+            json!({ "heads": heads, "head_dim": head_dim, "splits": t.splits, "state": head_dim + 2, "q8": q8 })
         }
         Op::QsaScore { heads, kv_heads, head_dim, block } => {
             let group = heads / kv_heads;
@@ -398,10 +420,32 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
         }),
         Op::Softmax { n } | Op::Argmax { n } => json!({ "n": n }),
     };
-    if let (Value::Object(c), Value::Object(e)) = (&mut ctx, extra) {
-        c.extend(e);
+    merge(ctx, extra)
+}
+
+/// `a` with `b`'s fields added.
+fn merge(mut a: Value, b: Value) -> Value {
+    if let (Value::Object(a), Value::Object(b)) = (&mut a, b) {
+        a.extend(b);
     }
-    ctx
+    a
+}
+
+/// A GEMV's weight addressing: for an expert product, the union's routing and the
+/// expert's matrix in its pool (see `ops/expert_select`); else the one matrix.
+fn experts(spec: &KernelSpec) -> Value {
+    let Op::ExpertGemv { quant, rows, cols, used, experts, input, .. } = &spec.op else {
+        return json!({ "experts": false, "w_base": "", "w_len": format!("{}ull", fixed(spec, "w")) });
+    };
+    let matrix_bytes = u64::from(*rows) * quant.row_bytes(u64::from(*cols)).unwrap_or(0);
+    let layout = RouteLayout::new(*experts, *used);
+    json!({
+        "experts": experts, "used": used, "choice_input": *input == ExpertInput::Choice,
+        "matrix_bytes": matrix_bytes, "max_window": MAX_WINDOW,
+        "pick_base": layout.pick(0, 0), "route_len": layout.len(),
+        "w_base": format!("(u64)slot * {matrix_bytes}u + "),
+        "w_len": format!("(u64)slots * {matrix_bytes}u"),
+    })
 }
 
 /// Lower-case hex of bytes.

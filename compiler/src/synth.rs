@@ -387,13 +387,19 @@ pub fn plan(shape: &Shape, types: &Types, tokenizer: &Tokenizer, name: &str) -> 
 
     let mut weights = types.weights.iter().cycle();
     let mut roles = Vec::new();
+    let mut gate_exps = GgmlType::F32;
     for t in desc.expected_tensors() {
         let ty = match t.role {
             Role::Norm | Role::Bias | Role::Router => GgmlType::F32,
             Role::Embedding => types.embedding,
             Role::Output => types.output,
+            // The experts' gate and up run as one stacked product: one type for both.
+            Role::Experts if t.name.ends_with("ffn_up_exps.weight") => gate_exps,
             Role::Linear | Role::Experts => *weights.next().ok_or(SynthError::NoTypes)?,
         };
+        if t.name.ends_with("ffn_gate_exps.weight") {
+            gate_exps = ty;
+        }
         if !ty.is_supported() {
             return Err(QuantError::Unsupported(ty).into());
         }

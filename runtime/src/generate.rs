@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::backend::RunError;
-use crate::model::Logits;
+use crate::model::{ExpertStats, Logits};
 use crate::sampler::{self, Sampler};
 use crate::session::Session;
 use crate::spec::{SpecStats, Speculator};
@@ -167,13 +167,20 @@ pub fn perplexity(s: &mut Session, tokens: &[u32], ctx: usize) -> Result<(f64, u
 /// mean of `reps` runs after one warm-up. Token ids are arbitrary; speed does not
 /// depend on them. Returns (prompt tokens/s, decode tokens/s).
 pub fn bench(s: &mut Session, pp: usize, tg: usize, reps: usize) -> Result<(f64, f64), RunError> {
-    bench_at(s, pp, tg, reps, 0)
+    bench_at(s, pp, tg, reps, 0).map(|(pp, tg, _)| (pp, tg))
 }
 
 /// [`bench`] with decoding from `depth` KV positions filled synthetically
 /// ([`crate::model::Model::fill_context`]), as llama-bench's `-d` measures decoding deep
-/// in a context; `depth` > 0 needs `pp` = 0.
-pub fn bench_at(s: &mut Session, pp: usize, tg: usize, reps: usize, depth: u32) -> Result<(f64, f64), RunError> {
+/// in a context; `depth` > 0 needs `pp` = 0. Also returns, for mixture-of-experts packs,
+/// the expert cache's counters over the timed decoding.
+pub fn bench_at(
+    s: &mut Session,
+    pp: usize,
+    tg: usize,
+    reps: usize,
+    depth: u32,
+) -> Result<(f64, f64, Option<ExpertStats>), RunError> {
     if depth > 0 && pp > 0 {
         return Err(RunError::Other("decoding at a depth is timed alone: add -p 0".into()));
     }
@@ -181,6 +188,7 @@ pub fn bench_at(s: &mut Session, pp: usize, tg: usize, reps: usize, depth: u32) 
     let tokens: Vec<u32> = (0..pp.max(1)).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
     let tg = tg.min((s.model.n_ctx() - depth.min(s.model.n_ctx())) as usize);
     let (mut pp_time, mut tg_time) = (Duration::ZERO, Duration::ZERO);
+    let mut experts: Option<ExpertStats> = None;
     if depth > 0 {
         s.model.reset();
         s.model.fill_context(depth, 1)?;
@@ -197,19 +205,26 @@ pub fn bench_at(s: &mut Session, pp: usize, tg: usize, reps: usize, depth: u32) 
         } else {
             s.model.rewind(depth)?;
         }
+        // The expert cache's counters cover the timed decode only.
+        let _ = s.model.take_expert_stats();
+        // Like llama-bench, each step reads an arbitrary token (not the last one's
+        // argmax): a model whose greedy output repeats would otherwise route every token
+        // alike.
         let start = Instant::now();
-        let mut next = tokens[0];
-        for _ in 0..tg {
-            next = s.model.decode_greedy(next)?;
+        for i in 0..tg {
+            s.model.decode_greedy(((i * 6151 + 101) % vocab) as u32)?;
         }
         if rep > 0 {
             pp_time += prefill_time;
             tg_time += start.elapsed();
+            if let Some(now) = s.model.take_expert_stats() {
+                experts.get_or_insert_default().add(&now);
+            }
         }
     }
     let reps = reps.max(1) as f64;
     let pp_rate = if depth == 0 { tokens.len() as f64 * reps / pp_time.as_secs_f64() } else { 0.0 };
-    Ok((pp_rate, tg as f64 * reps / tg_time.as_secs_f64()))
+    Ok((pp_rate, tg as f64 * reps / tg_time.as_secs_f64(), experts))
 }
 
 /// llama.cpp's figures for the same measurement, from its `llama-bench` binary at

@@ -27,6 +27,8 @@ const TEST_POS: i32 = 200;
 const TEST_CTX: u32 = 1280;
 /// Blocks QSA keeps in the selection tests (and lists in the sparse attention tests).
 const TEST_BUDGET: u32 = 4;
+/// Slots of the expert pools in the expert product tests (experts share them).
+const TEST_SLOTS: u32 = 3;
 
 /// The outcome of one kernel's test.
 #[derive(Clone, Debug)]
@@ -64,7 +66,10 @@ impl Outcome {
 /// Per-op tolerance, relative to the largest reference magnitude of the output.
 fn tolerance(op: &Op) -> f64 {
     match op {
-        Op::Gemv { .. } | Op::Attention { .. } | Op::AttentionMerge { .. } => 2e-4,
+        Op::Gemv { .. } | Op::ExpertGemv { .. } | Op::Attention { .. } | Op::AttentionMerge { .. } => 2e-4,
+        // Expert ids exactly (one off in a list of 8 is 1e-1); weights through approximate exp.
+        Op::MoeRoute { .. } => 2e-6,
+        Op::MoeSum { .. } => 1e-6,
         Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::Softmax { .. } => 1e-4,
         // f16 cache entries may round to the neighbouring value.
         Op::RopeStore { .. } => 1e-3,
@@ -88,6 +93,7 @@ fn test_scalar(spec: &KernelSpec, name: &str) -> u32 {
         "n_ctx" => TEST_CTX,
         "n_blocks" => TEST_CTX.div_ceil(block),
         "budget" => TEST_BUDGET,
+        "slots" => TEST_SLOTS,
         _ => 1,
     };
     let max = spec.scalars.iter().find(|s| s.name == name).map_or(v, |s| s.max);
@@ -99,7 +105,7 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
     let n = elems as usize;
     // An int8 GEMV's quantized input: quants and (scale, sum) must agree, so both come
     // from the same random activations.
-    if matches!(spec.op, Op::Gemv { .. }) && (b.name == "xq" || b.name == "xd") {
+    if matches!(spec.op, Op::Gemv { .. } | Op::ExpertGemv { .. }) && (b.name == "xq" || b.name == "xd") {
         let floats = if b.name == "xq" { n } else { n * 16 };
         let x = random::random_floats(&mut ChaCha8Rng::seed_from_u64(0xac71), floats, 1.0);
         let (xq, xd) = crate::backend::cpu::quantize_q8(&x);
@@ -128,6 +134,22 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
         let ints = if b.name == "list" { list } else { count };
         return Ok(ints.iter().take(n).flat_map(|v| v.to_le_bytes()).collect());
     }
+    // An expert product's routing: a window of `window` tokens routed by random logits,
+    // the experts spread over the test's slots.
+    if let Op::ExpertGemv { window, used, experts, .. } = spec.op
+        && (b.name == "route" || b.name == "slot_of")
+    {
+        let mut routing = ChaCha8Rng::seed_from_u64(0x0e4e);
+        if b.name == "slot_of" {
+            return Ok((0..n).flat_map(|_| (routing.random_range(0..TEST_SLOTS) as i32).to_le_bytes()).collect());
+        }
+        let logits = random::random_floats(&mut routing, (window * experts) as usize, 1.0);
+        let layout = strata_compiler::plan::RouteLayout::new(experts, used);
+        let mut route = vec![0i32; n];
+        let mut weights = vec![0f32; (strata_compiler::plan::MAX_WINDOW * used) as usize];
+        crate::backend::cpu::moe_route(&logits, experts as usize, layout, &mut route, &mut weights);
+        return Ok(route.iter().flat_map(|v| v.to_le_bytes()).collect());
+    }
     // The merge's split counts: 1 to the most there are.
     if let (Op::AttentionMerge { .. }, strata_compiler::plan::Tuning::Attention(t)) = (&spec.op, &spec.tuning)
         && b.name == "splits"
@@ -148,7 +170,7 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
         }
         Elem::U8 => {
             let ty = match spec.op {
-                Op::Gemv { quant, .. } | Op::Embed { quant, .. } => quant,
+                Op::Gemv { quant, .. } | Op::Embed { quant, .. } | Op::ExpertGemv { quant, .. } => quant,
                 _ => GgmlType::F32,
             };
             let mut out = vec![0u8; n];
@@ -220,7 +242,10 @@ pub fn test_kernel(
     // A kernel that also quantizes its output `y` (a fused quantizer): its quants must be
     // exactly those of its own `y`, which is compared with the reference like any output
     // (quantizing the reference's `y` instead could flip a quant at a rounding boundary).
-    let fused_q8 = matches!(spec.op, Op::AddRmsNorm { q8: true, .. } | Op::SiluMul { q8: true, .. });
+    let fused_q8 = matches!(
+        spec.op,
+        Op::AddRmsNorm { q8: true, .. } | Op::SiluMul { q8: true, .. } | Op::AttentionMerge { q8: true, .. }
+    );
     let mut device_out = std::collections::HashMap::new();
     for (name, _, d, _, len) in &outputs {
         let mut got = vec![0u8; *len];
@@ -228,8 +253,10 @@ pub fn test_kernel(
         device_out.insert(name.clone(), got);
     }
     let own_q8 = fused_q8.then(|| {
-        let y: Vec<f32> =
-            device_out["y"].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let y: Vec<f32> = device_out[if device_out.contains_key("y") { "y" } else { "out" }]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
         let (xq, xd) = crate::backend::cpu::quantize_q8(&y);
         (xq, xd.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
     });

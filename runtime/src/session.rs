@@ -18,7 +18,7 @@ use crate::backend::cuda::{self, Cuda};
 use crate::backend::hip::Hip;
 use crate::backend::{Backend, DeviceInfo, RunError};
 use crate::kernels::Kernels;
-use crate::model::{Model, QsaConfig};
+use crate::model::{ExpertOptions, Model, Placement, QsaConfig};
 use crate::selftest::{self, Outcome};
 use crate::spec::SpecConfig;
 use crate::spec::draft::DraftModel;
@@ -75,6 +75,8 @@ pub struct OpenOptions {
     pub draft_artifacts: Option<PathBuf>,
     /// Query-aware sparse attention for decode passes past the budget.
     pub qsa: QsaConfig,
+    /// Where a mixture-of-experts pack's experts go.
+    pub experts: ExpertOptions,
 }
 
 impl Default for OpenOptions {
@@ -92,6 +94,7 @@ impl Default for OpenOptions {
             draft_pack: None,
             draft_artifacts: None,
             qsa: QsaConfig::OFF,
+            experts: ExpertOptions::default(),
         }
     }
 }
@@ -110,6 +113,8 @@ pub enum Event<'a> {
     SelfTestCached,
     /// Weights uploaded so far and in all.
     Upload(u64, u64),
+    /// Where a mixture-of-experts pack's experts went.
+    Experts(&'a Placement),
 }
 
 /// A model ready to run, with its tokenizer.
@@ -220,8 +225,20 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
         let kernels = Kernels::compiled(art.manifest.kernels.iter().map(|k| k.spec.clone()));
         (kernels, wanted.min(compiled), Some(art))
     };
-    let mut model =
-        Model::load(&pack, backend, kernels, n_ctx, window, opts.slots, &mut |d, t| report(Event::Upload(d, t)))?;
+    let mut model = Model::load(&pack, backend, kernels, n_ctx, window, opts.slots, &opts.experts, &mut |d, t| {
+        report(Event::Upload(d, t))
+    })?;
+    if let Some(p) = model.expert_placement() {
+        report(Event::Experts(p));
+        if opts.spec.enabled() && model.window() < opts.spec.window {
+            return Err(RunError::Other(format!(
+                "--spec {} verifies {} tokens in one pass, but the expert cache holds one layer's experts for passes of {} at most: raise --expert-cache or lower --spec",
+                opts.spec.window,
+                opts.spec.window,
+                model.window()
+            )));
+        }
+    }
     model.set_qsa(opts.qsa)?;
     let draft = match &opts.draft_pack {
         Some(path) => {

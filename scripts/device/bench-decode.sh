@@ -9,6 +9,7 @@
 # the artifacts' pack fingerprints match.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/device/bench-packs.sh
 bin=.device/bin
 packs=${PACKS:-/tmp/strata-packs}
 out=${OUT:-/tmp}/bench
@@ -26,6 +27,8 @@ while read -r name preset types layers; do
     art=.device/bench/$name
     [ -d "$art" ] || continue
     [ -n "${ONLY:-}" ] && ! [[ "$name" =~ $ONLY ]] && continue
+    # The MoE packs only when ONLY names them: scripts/device/bench-moe.sh times those.
+    [ -z "${ONLY:-}" ] && [[ "$name" =~ $MOE_PACKS ]] && continue
     pack=$packs/$name.gguf
     extra=()
     [ "$layers" != "-" ] && extra=(--layers "$layers")
@@ -56,7 +59,7 @@ while read -r name preset types layers; do
         summary+=("$name ($variant)|$(grep -o 'tg128 [0-9.]* t/s' "$out/$name-$variant.txt" | head -1)")
     done
     rm -f "$pack"
-done < <(grep -v '^#' scripts/device/bench-packs.txt)
+done < <(bench_packs)
 # The default model, where it was carried ahead (README, "GPU checks") with its artifacts.
 model=/tmp/strata-model/smollm2.gguf
 if [ ! -f "$model" ] && [ -f /tmp/strata-model/a/part ] && [ -f /tmp/strata-model/b/part ]; then

@@ -8,6 +8,10 @@
 WINDOW_LAYERS=2
 # The packs it times by default (names in bench-packs.txt).
 WINDOW_PACKS='^llama8b-(Q4_0|IQ2_XS|IQ1_M|IQ3_S|IQ3_XXS)$'
+# The mixture-of-experts packs (Qwen3-30B-A3B shape, about 9 GiB each), timed by
+# scripts/device/bench-moe.sh: prepare-bench.sh and bench-decode.sh make and time them
+# only when ONLY names them.
+MOE_PACKS='^qwen3moe-'
 
 # The lines "name preset types layers" of bench-packs.txt.
 bench_packs() {

@@ -165,7 +165,11 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
         metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
         for i in 0..slots.len() {
             let Some(active) = &mut slots[i] else { continue };
-            let done = match step(&mut s, i, active, &metrics) {
+            let result = step(&mut s, i, active, &metrics);
+            if let Some(experts) = s.model.take_expert_stats() {
+                metrics.experts(&experts);
+            }
+            let done = match result {
                 Ok(done) => done,
                 Err(e) => {
                     let _ = active.job.events.send(Event::Error(e.to_string()));

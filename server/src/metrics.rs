@@ -4,6 +4,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use strata_runtime::model::ExpertStats;
 use strata_runtime::spec::SpecStats;
 
 /// What the server has done so far.
@@ -17,6 +18,8 @@ pub struct Metrics {
     spec_drafted: AtomicU64,
     spec_accepted: AtomicU64,
     waiting: AtomicUsize,
+    /// The expert cache's counters (mixture-of-experts packs).
+    experts: Mutex<ExpertStats>,
     /// Completion tokens in the last few seconds, for a current decode rate.
     recent: Mutex<Vec<Instant>>,
 }
@@ -50,6 +53,13 @@ impl Metrics {
         self.spec_verified.fetch_add(step.verified, Ordering::Relaxed);
         self.spec_drafted.fetch_add(step.drafted, Ordering::Relaxed);
         self.spec_accepted.fetch_add(step.accepted, Ordering::Relaxed);
+    }
+
+    /// The expert cache's counters since the last report.
+    pub fn experts(&self, step: &ExpertStats) {
+        if let Ok(mut total) = self.experts.lock() {
+            total.add(step);
+        }
     }
 
     /// Requests in slots and in the queue.
@@ -99,6 +109,21 @@ impl Metrics {
             "gauge",
             "Draft tokens accepted per verify pass since start.",
             format!("{:.4}", ratio.mean_accepted()),
+        );
+        let experts = self.experts.lock().map(|e| e.clone()).unwrap_or_default();
+        metric("expert_lookups_total", "counter", "Experts a layer's pass needed.", experts.lookups.to_string());
+        metric("expert_hits_total", "counter", "Of those, already on the device.", experts.hits.to_string());
+        metric(
+            "expert_streamed_bytes_total",
+            "counter",
+            "Expert bytes uploaded from host memory (misses and prefetches).",
+            experts.uploaded.to_string(),
+        );
+        metric(
+            "expert_stall_seconds_total",
+            "counter",
+            "Seconds kernels waited for expert uploads.",
+            format!("{:.6}", experts.stall),
         );
         metric("requests_running", "gauge", "Requests in a slot.", self.running.load(Ordering::Relaxed).to_string());
         metric(

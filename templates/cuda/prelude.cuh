@@ -8,6 +8,9 @@
 // cache serializes a warp's lookups of different entries, which IQ grid lookups are.
 #define STRATA_TABLE static __attribute__((device))
 #define STRATA_RESTRICT __restrict__
+// A pointer the caller guarantees 16-byte aligned (float rows of whole chunks), so that
+// copies from it become wide loads.
+#define STRATA_ALIGNED16(p) ((const u8*)__builtin_assume_aligned((p), 16))
 #define STRATA_WAVE {{wave_size}}u
 
 STRATA_DEVICE u32 strata_thread(void) { return __nvvm_read_ptx_sreg_tid_x(); }

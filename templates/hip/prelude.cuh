@@ -6,6 +6,9 @@
 #define STRATA_SHARED __attribute__((shared))
 #define STRATA_TABLE static __attribute__((device)) const
 #define STRATA_RESTRICT __restrict__
+// A pointer the caller guarantees 16-byte aligned (float rows of whole chunks), so that
+// copies from it become wide loads.
+#define STRATA_ALIGNED16(p) ((const u8*)__builtin_assume_aligned((p), 16))
 #define STRATA_WAVE {{wave_size}}u
 
 STRATA_DEVICE u32 strata_thread(void) { return __builtin_amdgcn_workitem_id_x(); }

@@ -5,6 +5,9 @@
 #define STRATA_DEVICE static inline __attribute__((always_inline))
 #define STRATA_TABLE static const
 #define STRATA_RESTRICT __restrict__
+// A pointer the caller guarantees 16-byte aligned (float rows of whole chunks), so that
+// copies from it become wide loads (the host's test buffers may be unaligned: no promise).
+#define STRATA_ALIGNED16(p) (p)
 #define STRATA_WAVE 1u
 
 STRATA_DEVICE u32 strata_thread(void) { __builtin_trap(); }

@@ -1,5 +1,6 @@
-// BF16: the top half of an f32.
+// BF16: the top half of an f32 (a chunk is 64 bytes, 16-byte aligned as F32's).
 STRATA_DEVICE void strata_dequant32_bf16(const u8* STRATA_RESTRICT row, u32 chunk, float* w) {
-    const u8* p = row + 64u * chunk;
-    for (u32 i = 0; i < 32; ++i) w[i] = __builtin_bit_cast(float, strata_ld16(p + 2 * i) << 16);
+    u16 h[32];
+    __builtin_memcpy(h, STRATA_ALIGNED16(row + 64u * chunk), 64);
+    for (u32 i = 0; i < 32; ++i) w[i] = __builtin_bit_cast(float, (u32)h[i] << 16);
 }

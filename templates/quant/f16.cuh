@@ -1,5 +1,6 @@
-// F16: IEEE half floats.
+// F16: IEEE half floats (a chunk is 64 bytes, 16-byte aligned as F32's).
 STRATA_DEVICE void strata_dequant32_f16(const u8* STRATA_RESTRICT row, u32 chunk, float* w) {
-    const u8* p = row + 64u * chunk;
-    for (u32 i = 0; i < 32; ++i) w[i] = strata_f16_at(p + 2 * i);
+    u16 h[32];
+    __builtin_memcpy(h, STRATA_ALIGNED16(row + 64u * chunk), 64);
+    for (u32 i = 0; i < 32; ++i) w[i] = strata_f16_to_f32(h[i]);
 }

@@ -70,6 +70,27 @@ fn int8_kernels_for_wave32_and_wave64_targets() {
     }
 }
 
+/// A mixture-of-experts pack's own kernels, wave32 and wave64: routing, the expert products
+/// on the int8 path (IQ2_XS) and the float path (Q5_K), windows 1 and 2, the paired SiLU
+/// and the norm that sums the experts' outputs.
+#[test]
+fn expert_kernels_for_wave32_and_wave64_targets() {
+    let weights = [GgmlType::IQ2_XS, GgmlType::Q5_K, GgmlType::Q4_0];
+    for name in ["sm_90", "gfx1100", "gfx90a"] {
+        let target = Target::load(name).expect("known");
+        let plan = plan_for(Preset::TinyQwen3Moe, &weights, &target, &Options { spec: 2, ..Options::default() });
+        let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
+        let moe = ["expert_gemv", "moe_", "silu_mul_paired", "add_rmsnorm_moe", "rmsnorm_qk"];
+        let text: String = module
+            .kernels
+            .iter()
+            .filter(|k| moe.iter().any(|p| k.name.starts_with(p)))
+            .map(|k| format!("=== {} ===\n{}\n", k.name, k.text))
+            .collect();
+        insta::assert_snapshot!(format!("expert_kernels_{name}"), text);
+    }
+}
+
 #[test]
 fn preludes_and_checked_mode() {
     let weights = [GgmlType::Q8_0];

@@ -14,7 +14,7 @@ use strata_compiler::plan::Int8Dot;
 use strata_runtime::backend::RunError;
 use strata_runtime::chat::{self, Message};
 use strata_runtime::generate;
-use strata_runtime::model::QsaConfig;
+use strata_runtime::model::{CacheSize, ExpertOptions, ExpertStats, Placement, Policy, QsaConfig};
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher};
 use strata_runtime::session::{self, BackendChoice, Event, OpenOptions, SelfTest, Session};
 use strata_runtime::spec::SpecConfig;
@@ -206,6 +206,18 @@ struct OpenArgs {
     /// KV positions per QSA block; must be the compiled one (strata-compile --qsa-block).
     #[arg(long)]
     qsa_block: Option<u32>,
+    /// Device memory for a mixture-of-experts pack's experts: auto (all if the device
+    /// budget holds them, else what it leaves), MiB, or a share of the expert bytes
+    /// (25%). Experts without a slot stay in host memory and stream in over PCIe.
+    #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<CacheSize>())]
+    expert_cache: CacheSize,
+    /// Which cached expert gives way: lru, or lfu (use counts halving every 16 tokens).
+    #[arg(long, default_value = "lfu", value_parser = |s: &str| s.parse::<Policy>())]
+    expert_policy: Policy,
+    /// Device memory the model may take in all, MiB (default: 90% of the device's); with
+    /// --expert-cache auto, the experts get what the rest leaves.
+    #[arg(long, value_name = "MIB")]
+    vram_budget: Option<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -268,6 +280,11 @@ fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOption
         draft_pack: args.draft_pack.clone(),
         draft_artifacts: args.draft_artifacts.clone(),
         qsa: QsaConfig { enabled: args.qsa == Switch::On, budget: args.qsa_budget, block: args.qsa_block },
+        experts: ExpertOptions {
+            cache: args.expert_cache,
+            policy: args.expert_policy,
+            vram_budget_mib: args.vram_budget,
+        },
     }
 }
 
@@ -307,12 +324,44 @@ fn open(args: &OpenArgs, selftest: SelfTest, verbose_selftest: bool, slots: usiz
             }
             bar.set_position(done);
         }
+        Event::Experts(p) => bar.suspend(|| eprintln!("strata-run: {}", placement_line(p))),
     });
     bar.finish_and_clear();
     if tested > 0 && !verbose_selftest {
         eprintln!("strata-run: self-test: {tested} kernels passed");
     }
     Ok(session?)
+}
+
+/// One line on where the experts went.
+fn placement_line(p: &Placement) -> String {
+    let mib = p.bytes as f64 / (1 << 20) as f64;
+    if p.resident() {
+        return format!("experts: all {} resident ({mib:.0} MiB)", p.experts);
+    }
+    let pcie = p.pcie.map_or(String::new(), |b| format!("; PCIe host to device {:.1} GB/s", b / 1e9));
+    format!(
+        "experts: {} of {} resident ({:.0}% of {mib:.0} MiB), the rest streamed from host memory, {} eviction{pcie}",
+        p.slots,
+        p.experts,
+        100.0 * f64::from(p.slots) / f64::from(p.experts),
+        format!("{:?}", p.policy).to_lowercase()
+    )
+}
+
+/// One line on the expert cache's work.
+fn expert_stats_line(p: &Placement, st: &ExpertStats) -> String {
+    format!(
+        "experts: {} of {} resident ({:.0}% of {:.0} MiB), hit {:.1}%, {:.1} MiB/token streamed, stall {:.2} ms/token, pcie {:.1} GB/s",
+        p.slots,
+        p.experts,
+        100.0 * f64::from(p.slots) / f64::from(p.experts),
+        p.bytes as f64 / (1 << 20) as f64,
+        100.0 * st.hit_rate(),
+        st.mib_per_token(),
+        st.stall_ms_per_token(),
+        p.pcie.unwrap_or(0.0) / 1e9
+    )
 }
 
 fn prompt_tokens(s: &Session, p: &PromptArgs) -> Result<Vec<u32>> {
@@ -388,6 +437,9 @@ fn run(cli: Cli) -> Result<()> {
                 stats.decode_rate(),
                 s.device.name
             );
+            if let (Some(st), Some(p)) = (s.model.take_expert_stats(), s.model.expert_placement()) {
+                eprintln!("strata-run: {}", expert_stats_line(p, &st));
+            }
             if s.spec.enabled() {
                 let sp = stats.spec;
                 eprintln!(
@@ -443,7 +495,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 return Ok(());
             }
-            let (pp, tg) = generate::bench_at(&mut s, prompt_tokens, gen_tokens, reps, depth)?;
+            let (pp, tg, experts) = generate::bench_at(&mut s, prompt_tokens, gen_tokens, reps, depth)?;
             let qsa = if o.qsa == Switch::On { format!(", qsa {}", o.qsa_budget) } else { String::new() };
             if depth > 0 {
                 println!(
@@ -457,6 +509,9 @@ fn run(cli: Cli) -> Result<()> {
                     s.device.name,
                     s.model.window()
                 );
+            }
+            if let (Some(st), Some(p)) = (experts, s.model.expert_placement()) {
+                println!("{}", expert_stats_line(p, &st));
             }
             if kernels {
                 // After the passes above, so that kernels planned on demand (CPU) are known.

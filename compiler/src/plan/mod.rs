@@ -65,9 +65,19 @@ pub enum Int8Dot {
     Never,
 }
 
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
 impl Int8Dot {
     fn is_auto(&self) -> bool {
         *self == Int8Dot::Auto
+    }
+
+    /// The choice for expert products: the int8 path wherever it exists unless turned
+    /// off (an expert's matrix is small, but one launch reads the whole union's).
+    pub fn max_for_experts(self) -> Int8Dot {
+        if self == Int8Dot::Never { Int8Dot::Never } else { Int8Dot::Always }
     }
 }
 
@@ -152,6 +162,11 @@ pub enum Op {
         n: u32,
         /// Epsilon.
         eps: f32,
+        /// `[q, k]`: the rows are a token's `q` query heads then its `k` key heads (a
+        /// decode step's Q·K·V product), `w` holds the query norm then the key norm, and
+        /// each row takes its own: qwen3's per-head norms in one launch.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        qk: Option<[u32; 2]>,
     },
     /// `sum[r] = a[r] + b[r]`, then `y[r] = rmsnorm(sum[r]) · w`: the residual add and the
     /// next norm in one pass (one launch instead of two, each row read once).
@@ -164,6 +179,11 @@ pub enum Op {
         /// GEMVs that read it: one launch fewer.
         #[serde(default)]
         q8: bool,
+        /// With `k` > 0, `b` is the experts' output of a mixture-of-experts layer:
+        /// `b[r] = Σ_j weights[r][j] · parts[r·k + j]` (as [`Op::MoeSum`]), summed here
+        /// instead of by a launch of its own.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        experts: u32,
     },
     /// Rotary embedding of a window's Q heads (in place) and K heads, and the rotated K
     /// and V rows stored to the f16 caches at positions from `pos[0]`: one launch for
@@ -198,6 +218,50 @@ pub enum Op {
         /// Also writes `y` quantized to int8, as [`Op::AddRmsNorm`]'s `q8`.
         #[serde(default)]
         q8: bool,
+        /// Gate and up are one input `gate_up` whose rows are `[gate (n) | up (n)]`, as
+        /// the experts' stacked gate·up product writes them.
+        #[serde(default)]
+        paired: bool,
+    },
+    /// Mixture-of-experts routing of a window: each token's `used` experts of the largest
+    /// router logits (ties: the lower expert) with weights the softmax over those logits
+    /// (Qwen3-MoE's normalized top-k probabilities), and the window's union of chosen
+    /// experts in ascending order with, per union entry and token, which of the token's
+    /// choices it is. Layout: [`RouteLayout`].
+    MoeRoute {
+        /// Experts per layer.
+        experts: u32,
+        /// Experts each token uses.
+        used: u32,
+    },
+    /// The selected experts' products of a window in one launch: grid row `u` takes the
+    /// union's expert `u` (its matrix at slot `slot_of[expert]` of a pool of matrices)
+    /// and multiplies it with the input of every token that chose it, reading the
+    /// weights once for all of them; the result of token `t`'s choice `j` goes to row
+    /// `t·used + j` of `y`. Always on the int8 path ([`rules::gemv_q8`] tuning).
+    ExpertGemv {
+        /// Weight type.
+        quant: GgmlType,
+        /// Output features of one expert's matrix.
+        rows: u32,
+        /// Input features.
+        cols: u32,
+        /// Tokens per launch.
+        window: u32,
+        /// Experts each token uses.
+        used: u32,
+        /// Experts per layer.
+        experts: u32,
+        /// Which input row a choice reads.
+        input: ExpertInput,
+    },
+    /// `y[t][c] = Σ_j weights[t][j] · parts[t·used + j][c]` in ascending `j`: the experts'
+    /// outputs combined with their routing weights.
+    MoeSum {
+        /// Row length.
+        n: u32,
+        /// Experts each token uses.
+        used: u32,
     },
     /// `y[i] = a[i] + b[i]` over rows of `n`; with `broadcast`, `b` is one row added to
     /// every row (biases).
@@ -248,6 +312,9 @@ pub enum Op {
         heads: u32,
         /// Head length.
         head_dim: u32,
+        /// Also writes the output quantized to int8, for the int8-dot output projection.
+        #[serde(default)]
+        q8: bool,
     },
     /// QSA's block scores (Quest): for each token `t` of a window, KV head and KV block
     /// `b`, the largest over the group's query heads of the bound
@@ -299,6 +366,9 @@ impl Op {
             Op::AddRmsNorm { .. } => "add_rmsnorm",
             Op::RopeStore { .. } => "rope_store",
             Op::SiluMul { .. } => "silu_mul",
+            Op::MoeRoute { .. } => "moe_route",
+            Op::ExpertGemv { .. } => "expert_gemv",
+            Op::MoeSum { .. } => "moe_sum",
             Op::Add { .. } => "add",
             Op::Embed { .. } => "embed",
             Op::Attention { .. } => "attention",
@@ -317,16 +387,29 @@ impl Op {
             Op::Gemv { quant, rows, cols, window: 1 } => format!("gemv_{}_{rows}x{cols}", q(quant)),
             Op::Gemv { quant, rows, cols, window } => format!("gemv_{}_{rows}x{cols}_t{window}", q(quant)),
             Op::QuantizeQ8 { cols } => format!("quantize_q8_{cols}"),
-            Op::RmsNorm { n, .. } => format!("rmsnorm_{n}"),
-            Op::AddRmsNorm { n, q8: false, .. } => format!("add_rmsnorm_{n}"),
-            Op::AddRmsNorm { n, q8: true, .. } => format!("add_rmsnorm_q8_{n}"),
+            Op::RmsNorm { n, qk: None, .. } => format!("rmsnorm_{n}"),
+            Op::RmsNorm { n, qk: Some([q, k]), .. } => format!("rmsnorm_qk{q}x{k}_{n}"),
+            Op::AddRmsNorm { n, q8, experts, .. } => {
+                let moe = if *experts > 0 { format!("_moe{experts}") } else { String::new() };
+                format!("add_rmsnorm{moe}{}_{n}", if *q8 { "_q8" } else { "" })
+            }
             Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims, block } => {
                 let style = if *style == RopeStyle::Neox { "neox" } else { "normal" };
                 let partial = if rope_dims == head_dim { String::new() } else { format!("_r{rope_dims}") };
                 format!("rope_store_{style}_{heads}x{kv_heads}x{head_dim}{partial}_b{block}")
             }
-            Op::SiluMul { n, q8: false } => format!("silu_mul_{n}"),
-            Op::SiluMul { n, q8: true } => format!("silu_mul_q8_{n}"),
+            Op::SiluMul { n, q8, paired } => {
+                format!("silu_mul{}{}_{n}", if *paired { "_paired" } else { "" }, if *q8 { "_q8" } else { "" })
+            }
+            Op::MoeRoute { experts, used } => format!("moe_route_{experts}x{used}"),
+            Op::ExpertGemv { quant, rows, cols, window, used, experts, input } => {
+                let input = match input {
+                    ExpertInput::Token => "",
+                    ExpertInput::Choice => "_choice",
+                };
+                format!("expert_gemv{input}_{}_{experts}x{rows}x{cols}_k{used}_t{window}", q(quant))
+            }
+            Op::MoeSum { n, used } => format!("moe_sum_{n}_k{used}"),
             Op::Add { n, broadcast: false } => format!("add_{n}"),
             Op::Add { n, broadcast: true } => format!("add_bias_{n}"),
             Op::Embed { quant, cols, vocab } => format!("embed_{}_{vocab}x{cols}", q(quant)),
@@ -334,7 +417,9 @@ impl Op {
                 let kind = if *sparse { "attention_sparse" } else { "attention" };
                 format!("{kind}_{heads}x{kv_heads}x{head_dim}_b{block}")
             }
-            Op::AttentionMerge { heads, head_dim } => format!("attention_merge_{heads}x{head_dim}"),
+            Op::AttentionMerge { heads, head_dim, q8 } => {
+                format!("attention_merge{}_{heads}x{head_dim}", if *q8 { "_q8" } else { "" })
+            }
             Op::QsaScore { heads, kv_heads, head_dim, block } => {
                 format!("qsa_score_{heads}x{kv_heads}x{head_dim}_b{block}")
             }
@@ -342,6 +427,55 @@ impl Op {
             Op::Softmax { n } => format!("softmax_{n}"),
             Op::Argmax { n } => format!("argmax_{n}"),
         }
+    }
+}
+
+/// The input row an expert product reads for token `t`'s choice `j`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertInput {
+    /// Row `t`: the token's normed hidden state (gate·up).
+    Token,
+    /// Row `t·used + j`: the choice's own activation (down).
+    Choice,
+}
+
+/// Where [`Op::MoeRoute`] leaves the window's routing in its `route` buffer (i32):
+/// `[0]` the union's size `U`; `[1 + u]` the union's experts, ascending; `[pick(u, t)]`
+/// which of token `t`'s choices expert `u` is, or −1. Sized for [`MAX_WINDOW`] tokens,
+/// so one record serves every window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteLayout {
+    /// Experts each token uses.
+    pub used: u32,
+    /// The largest union: `min(MAX_WINDOW · used, experts)`.
+    pub capacity: u32,
+}
+
+impl RouteLayout {
+    /// The layout for a layer of `experts` experts, `used` a token.
+    pub fn new(experts: u32, used: u32) -> RouteLayout {
+        RouteLayout { used, capacity: (MAX_WINDOW * used).min(experts) }
+    }
+
+    /// Index of `pick(u, t)`.
+    pub fn pick(&self, u: u32, t: u32) -> u32 {
+        1 + self.capacity + u * MAX_WINDOW + t
+    }
+
+    /// i32s of the `route` buffer.
+    pub fn len(&self) -> u32 {
+        1 + self.capacity * (1 + MAX_WINDOW)
+    }
+
+    /// Always false: the count is always there.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The largest union of a window of `window` tokens.
+    pub fn union(&self, window: u32) -> u32 {
+        (window * self.used).min(self.capacity)
     }
 }
 
@@ -577,7 +711,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     // Matrix products: one GEMV per distinct (type, rows, cols), for every window.
     for expected in model.expected_tensors() {
         let Some(t) = pack.tensor(&expected.name) else { continue };
-        let gemv_role = matches!(expected.role, Role::Linear | Role::Output | Role::Router | Role::Experts);
+        let gemv_role = matches!(expected.role, Role::Linear | Role::Output | Role::Router);
         let tied_output = expected.role == Role::Embedding && model.tied_output;
         if !(gemv_role || tied_output) {
             continue;
@@ -605,6 +739,11 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         }
     }
 
+    if let Some(experts) = model.experts {
+        ops.extend(expert_ops(model, pack, experts, max_window)?);
+        ops.push(Op::AddRmsNorm { n: model.embd, eps: model.rms_eps, q8: false, experts: experts.used });
+    }
+
     let embd = pack.tensor("token_embd.weight").map(|t| t.ty).unwrap_or(GgmlType::F32);
     let style = if model.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
     let block = options.qsa_block.unwrap_or_else(|| rules::qsa_block(target));
@@ -615,8 +754,8 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     let ffn = model.experts.map_or(model.ffn, |x| x.ffn);
     ops.extend([
         Op::Embed { quant: embd, cols: model.embd, vocab: model.vocab },
-        Op::RmsNorm { n: model.embd, eps: model.rms_eps },
-        Op::AddRmsNorm { n: model.embd, eps: model.rms_eps, q8: false },
+        Op::RmsNorm { n: model.embd, eps: model.rms_eps, qk: None },
+        Op::AddRmsNorm { n: model.embd, eps: model.rms_eps, q8: false, experts: 0 },
         Op::RopeStore {
             style,
             heads: model.heads,
@@ -641,16 +780,18 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
             block,
             sparse: true,
         },
-        Op::AttentionMerge { heads: model.heads, head_dim: model.head_dim_k },
+        Op::AttentionMerge { heads: model.heads, head_dim: model.head_dim_k, q8: false },
         Op::QsaScore { heads: model.heads, kv_heads: model.kv_heads, head_dim: model.head_dim_k, block },
         Op::QsaSelect { kv_heads: model.kv_heads, block },
-        Op::SiluMul { n: ffn, q8: false },
         Op::Add { n: model.embd, broadcast: false },
         Op::Softmax { n: model.vocab },
         Op::Argmax { n: model.vocab },
     ]);
+    ops.push(Op::SiluMul { n: ffn, q8: false, paired: model.experts.is_some() });
     if matches!(model.family, Family::Qwen3 | Family::Qwen3Moe) {
-        ops.push(Op::RmsNorm { n: model.head_dim_k, eps: model.rms_eps });
+        let (n, eps) = (model.head_dim_k, model.rms_eps);
+        ops.push(Op::RmsNorm { n, eps, qk: None });
+        ops.push(Op::RmsNorm { n, eps, qk: Some([model.heads, model.kv_heads]) });
     }
     if model.family == Family::Qwen2 {
         for n in [model.heads * model.head_dim_k, model.kv_heads * model.head_dim_k] {
@@ -663,17 +804,25 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     let q8_cols: std::collections::BTreeSet<u32> = kernels
         .iter()
         .filter_map(|k| match (&k.op, &k.tuning) {
-            (Op::Gemv { cols, .. }, Tuning::GemvQ8(_)) => Some(*cols),
+            (Op::Gemv { cols, .. } | Op::ExpertGemv { cols, .. }, Tuning::GemvQ8(_)) => Some(*cols),
             _ => None,
         })
         .collect();
     // Where such products read a norm's or SiLU·mul's output, that kernel quantizes it.
     let (embd, eps) = (model.embd, model.rms_eps);
     if q8_cols.contains(&embd) {
-        kernels.push(rules::kernel(Op::AddRmsNorm { n: embd, eps, q8: true }, target));
+        kernels.push(rules::kernel(Op::AddRmsNorm { n: embd, eps, q8: true, experts: 0 }, target));
+        if let Some(x) = model.experts {
+            kernels.push(rules::kernel(Op::AddRmsNorm { n: embd, eps, q8: true, experts: x.used }, target));
+        }
+    }
+    // The attention output's quants, made by the merge where its heads are whole chunks.
+    let (heads, head_dim) = (model.heads, model.head_dim_k);
+    if q8_cols.contains(&(heads * head_dim)) && head_dim % 32 == 0 {
+        kernels.push(rules::kernel(Op::AttentionMerge { heads, head_dim, q8: true }, target));
     }
     if q8_cols.contains(&ffn) {
-        kernels.push(rules::kernel(Op::SiluMul { n: ffn, q8: true }, target));
+        kernels.push(rules::kernel(Op::SiluMul { n: ffn, q8: true, paired: model.experts.is_some() }, target));
     }
     kernels.extend(q8_cols.into_iter().map(|cols| rules::kernel(Op::QuantizeQ8 { cols }, target)));
     if options.checked {
@@ -708,6 +857,58 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         return Err(PlanError::FaultKernel(name.clone()));
     }
     Ok(Plan { target: target.name.clone(), options: options.clone(), kernels })
+}
+
+/// A mixture-of-experts layer's kernels: the routing, the experts' stacked gate·up and
+/// down products for every window, and their weighted sum.
+fn expert_ops(
+    model: &ModelDesc,
+    pack: &Pack,
+    experts: crate::model::Experts,
+    max_window: u32,
+) -> Result<Vec<Op>, PlanError> {
+    let (count, used, ffn, embd) = (experts.count, experts.used, experts.ffn, model.embd);
+    if count > rules::MAX_EXPERTS || used == 0 || used > count || used > 32 {
+        return Err(PlanError::Shape {
+            tensor: "blk.0.ffn_gate_inp.weight".into(),
+            what: format!(
+                "{used} of {count} experts a token: the routing kernel takes up to {} experts and 1 to 32 a token",
+                rules::MAX_EXPERTS
+            ),
+        });
+    }
+    let mut ops = vec![Op::MoeRoute { experts: count, used }, Op::MoeSum { n: embd, used }];
+    for layer in 0..model.layers {
+        let name = |n: &str| format!("blk.{layer}.{n}.weight");
+        let [Some(gate), Some(up), Some(down)] =
+            ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"].map(|n| pack.tensor(&name(n)))
+        else {
+            continue; // the model check names missing tensors
+        };
+        if gate.ty != up.ty {
+            return Err(PlanError::Shape {
+                tensor: up.name.clone(),
+                what: format!(
+                    "type {} differs from {}'s {}: the experts' gate and up are one stacked product",
+                    up.ty, gate.name, gate.ty
+                ),
+            });
+        }
+        for (t, rows, cols, input) in
+            [(gate, 2 * ffn, embd, ExpertInput::Token), (down, embd, ffn, ExpertInput::Choice)]
+        {
+            ops.extend((1..=max_window).map(|window| Op::ExpertGemv {
+                quant: t.ty,
+                rows,
+                cols,
+                window,
+                used,
+                experts: count,
+                input,
+            }));
+        }
+    }
+    Ok(ops)
 }
 
 /// The window-1 GEMV over `tensors` stacked by rows, if they share type and row length

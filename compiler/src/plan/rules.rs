@@ -6,8 +6,8 @@
 //! be good.
 
 use super::{
-    AttentionTuning, Buffer, Dim, Elem, Extent, GemvQ8Tuning, GemvTuning, Int8Dot, KernelSpec, Launch, MAX_WINDOW, Op,
-    Options, Scalar, Tuning,
+    AttentionTuning, Buffer, Dim, Elem, ExpertInput, Extent, GemvQ8Tuning, GemvTuning, Int8Dot, KernelSpec, Launch,
+    MAX_WINDOW, Op, Options, RouteLayout, Scalar, Tuning,
 };
 use crate::quant::GgmlType;
 use crate::target::Target;
@@ -81,6 +81,12 @@ pub const QSA_SCORE_THREADS: u32 = 128;
 pub const QSA_SCORE_BLOCKS_PER_GROUP: u32 = 4;
 /// Threads of a QSA selection block (one (token, KV head) each).
 pub const QSA_SELECT_THREADS: u32 = 512;
+/// Most experts a layer may have: [`Op::MoeRoute`] keeps a token's logits in shared
+/// memory.
+pub const MAX_EXPERTS: u32 = 1024;
+/// Most slots of an expert pool (the host refuses more).
+pub const MAX_EXPERT_SLOTS: u32 = 1 << 24;
+
 /// Bins of one QSA selection radix pass (8 bits of the score's key at a time).
 pub const QSA_SELECT_BINS: u32 = 256;
 
@@ -166,6 +172,82 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
                 vec![],
             )
         }
+        Op::ExpertGemv { quant, rows: r, cols, window, used, experts, input } => {
+            // The int8 path wherever the type and target have it (unless turned off): one
+            // launch reads the whole union's matrices, however small each is.
+            let int8 = Options { int8: options.int8.max_for_experts(), ..options.clone() };
+            let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
+            let layout = RouteLayout::new(*experts, *used);
+            let union = layout.union(*window);
+            let in_rows = match input {
+                ExpertInput::Token => *window,
+                ExpertInput::Choice => window * used,
+            };
+            let mut buffers = vec![
+                buffer("w", Elem::U8, per("slots", (u64::from(*r) * row_bytes) as u32), false),
+                buffer("route", Elem::I32, Extent::Fixed(u64::from(layout.len())), false),
+                buffer("slot_of", Elem::I32, Extent::Fixed(u64::from(*experts)), false),
+            ];
+            let (launch, tuning) = match gemv_q8(*quant, *r, *cols, *window, target, &int8) {
+                Some(t) => {
+                    let cap = (target.device.compute_units * Q8_BLOCKS_PER_CU).div_ceil(union).max(1);
+                    let blocks = r.div_ceil(t.rows_per_wave * t.waves).min(cap);
+                    let shared = t.waves * t.rows_per_wave * t.slab_bytes.next_multiple_of(16) + t.table_bytes;
+                    buffers.extend([
+                        buffer("xq", Elem::U8, Extent::Fixed(u64::from(in_rows * cols)), false),
+                        buffer("xd", Elem::F32, Extent::Fixed(u64::from(in_rows * cols / 32 * 2)), false),
+                    ]);
+                    let grid = [Dim::Fixed(blocks), Dim::Fixed(union), Dim::Fixed(1)];
+                    (launch(grid, t.waves * wave, shared), Tuning::GemvQ8(t))
+                }
+                None => {
+                    let t = gemv(*r, *cols, *window, target);
+                    let mut shared = window * (t.tile_cols / 32) * t.chunk_stride * 4;
+                    if t.split > 1 {
+                        shared += t.waves * window * 4;
+                    }
+                    buffers.push(buffer("x", Elem::F32, Extent::Fixed(u64::from(in_rows * cols)), false));
+                    let grid = [Dim::Fixed(r.div_ceil(t.rows_per_block)), Dim::Fixed(union), Dim::Fixed(1)];
+                    (launch(grid, t.waves * wave, shared), Tuning::Gemv(t))
+                }
+            };
+            buffers.push(buffer("y", Elem::F32, Extent::Fixed(u64::from(window * used * r)), true));
+            (launch, tuning, buffers, vec![scalar("slots", MAX_EXPERT_SLOTS)])
+        }
+        Op::MoeRoute { experts, used } => {
+            // A wave a token (its top-k by repeated wave argmax), as many waves as fit.
+            let threads = (WAVES_PER_BLOCK * wave).min(target.device.max_threads_per_block);
+            let layout = RouteLayout::new(*experts, *used);
+            (
+                // Per expert the tokens that chose it; per token its choices and their
+                // logits; a bit per expert.
+                launch(
+                    [Dim::Fixed(1), Dim::Fixed(1), Dim::Fixed(1)],
+                    threads,
+                    (experts + 2 * MAX_WINDOW * used + experts.div_ceil(32)) * 4,
+                ),
+                Tuning::None {},
+                vec![
+                    buffer("logits", Elem::F32, per("tokens", *experts), false),
+                    buffer("route", Elem::I32, Extent::Fixed(u64::from(layout.len())), true),
+                    buffer("weights", Elem::F32, Extent::Fixed(u64::from(MAX_WINDOW * used)), true),
+                ],
+                vec![scalar("tokens", MAX_WINDOW)],
+            )
+        }
+        Op::MoeSum { n, used } => {
+            let threads = ELEMENTWISE_THREADS.min(round_up(*n, wave));
+            (
+                launch([Dim::Fixed(n.div_ceil(threads)), rows("tokens"), Dim::Fixed(1)], threads, 0),
+                Tuning::None {},
+                vec![
+                    buffer("parts", Elem::F32, per("tokens", used * n), false),
+                    buffer("weights", Elem::F32, per("tokens", *used), false),
+                    buffer("y", Elem::F32, per("tokens", *n), true),
+                ],
+                vec![scalar("tokens", MAX_TOKENS)],
+            )
+        }
         Op::QuantizeQ8 { cols } => {
             // One thread per 32-element chunk; rows on grid x, chunk groups on grid y.
             let chunks = cols / 32;
@@ -202,28 +284,34 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
                 vec![],
             )
         }
-        Op::RmsNorm { n, .. } => {
+        Op::RmsNorm { n, qk, .. } => {
             let threads = block_per_row(*n, NORM_THREADS);
+            let weights = if qk.is_some() { 2 * n } else { *n };
             (
                 launch([rows("rows"), Dim::Fixed(1), Dim::Fixed(1)], threads, threads / wave * 4),
                 Tuning::None {},
                 vec![
                     buffer("x", Elem::F32, per("rows", *n), false),
-                    buffer("w", Elem::F32, Extent::Fixed(u64::from(*n)), false),
+                    buffer("w", Elem::F32, Extent::Fixed(u64::from(weights)), false),
                     buffer("y", Elem::F32, per("rows", *n), true),
                 ],
                 vec![scalar("rows", MAX_ROWS)],
             )
         }
-        Op::AddRmsNorm { n, q8, .. } => {
+        Op::AddRmsNorm { n, q8, experts, .. } => {
             let threads = block_per_row(*n, NORM_THREADS);
-            let mut buffers = vec![
-                buffer("a", Elem::F32, per("rows", *n), false),
-                buffer("b", Elem::F32, per("rows", *n), false),
+            let mut buffers = vec![buffer("a", Elem::F32, per("rows", *n), false)];
+            if *experts > 0 {
+                buffers.push(buffer("parts", Elem::F32, per("rows", experts * n), false));
+                buffers.push(buffer("weights", Elem::F32, per("rows", *experts), false));
+            } else {
+                buffers.push(buffer("b", Elem::F32, per("rows", *n), false));
+            }
+            buffers.extend([
                 buffer("w", Elem::F32, Extent::Fixed(u64::from(*n)), false),
                 buffer("sum", Elem::F32, per("rows", *n), true),
                 buffer("y", Elem::F32, per("rows", *n), true),
-            ];
+            ]);
             if *q8 {
                 buffers.push(buffer("xq", Elem::U8, per("rows", *n), true));
                 buffers.push(buffer("xd", Elem::F32, per("rows", n / 16), true));
@@ -266,11 +354,12 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
             } else {
                 per("tokens", *n)
             };
-            let mut buffers = vec![
-                buffer(a, Elem::F32, per("tokens", *n), false),
-                buffer(b, Elem::F32, b_extent, false),
-                buffer("y", Elem::F32, per("tokens", *n), true),
-            ];
+            let mut buffers = if matches!(op, Op::SiluMul { paired: true, .. }) {
+                vec![buffer("gate_up", Elem::F32, per("tokens", 2 * n), false)]
+            } else {
+                vec![buffer(a, Elem::F32, per("tokens", *n), false), buffer(b, Elem::F32, b_extent, false)]
+            };
+            buffers.push(buffer("y", Elem::F32, per("tokens", *n), true));
             if matches!(op, Op::SiluMul { q8: true, .. }) {
                 buffers.push(buffer("xq", Elem::U8, per("tokens", *n), true));
                 buffers.push(buffer("xd", Elem::F32, per("tokens", n / 16), true));
@@ -332,17 +421,22 @@ pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
                 scalars,
             )
         }
-        Op::AttentionMerge { heads, head_dim } => {
+        Op::AttentionMerge { heads, head_dim, q8 } => {
             let threads = round_up(*head_dim, wave).min(target.device.max_threads_per_block);
             let splits = ATTENTION_SPLITS;
+            let mut buffers = vec![
+                buffer("partial", Elem::F32, per("tokens", heads * splits * (head_dim + 2)), false),
+                buffer("splits", Elem::I32, per("tokens", *heads), false),
+                buffer("out", Elem::F32, per("tokens", heads * head_dim), true),
+            ];
+            if *q8 {
+                buffers.push(buffer("xq", Elem::U8, per("tokens", heads * head_dim), true));
+                buffers.push(buffer("xd", Elem::F32, per("tokens", heads * head_dim / 16), true));
+            }
             (
                 launch([Dim::Fixed(*heads), rows("tokens"), Dim::Fixed(1)], threads, 0),
                 Tuning::Attention(AttentionTuning { splits, split_blocks: 0 }),
-                vec![
-                    buffer("partial", Elem::F32, per("tokens", heads * splits * (head_dim + 2)), false),
-                    buffer("splits", Elem::I32, per("tokens", *heads), false),
-                    buffer("out", Elem::F32, per("tokens", heads * head_dim), true),
-                ],
+                buffers,
                 vec![scalar("tokens", MAX_TOKENS)],
             )
         }

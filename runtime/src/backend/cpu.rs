@@ -10,14 +10,15 @@ use std::time::Duration;
 
 use half::f16;
 use rayon::prelude::*;
-use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Op, RopeStyle, Tuning, rules};
+use strata_compiler::plan::{ExpertInput, KernelSpec, MAX_WINDOW, Op, RopeStyle, RouteLayout, Tuning, rules};
 
-use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, RunError, bind};
+use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, RunError, bind};
 
 /// Reference backend over host memory.
 #[derive(Default)]
 pub struct Cpu {
     buffers: Vec<Vec<u8>>,
+    host: Vec<Vec<u8>>,
     errors: Option<BufferId>,
     capturing: Option<Vec<Recorded>>,
     graphs: Vec<Vec<Recorded>>,
@@ -64,14 +65,7 @@ impl Cpu {
         match &spec.op {
             Op::Gemv { quant, rows, cols, window } => {
                 let (rows, cols, window) = (*rows as usize, *cols as usize, *window as usize);
-                // An int8-dot kernel reads its input quantized: the reference multiplies by
-                // the same dequantized activations, so only the summation order differs.
-                let x = if spec.buffers.iter().any(|b| b.name == "xq") {
-                    let (xq, xd) = (input("xq"), floats(input("xd"), window * cols / 16));
-                    (0..window * cols).map(|i| f32::from(xq[i] as i8) * xd[i / 32 * 2]).collect()
-                } else {
-                    floats(input("x"), window * cols)
-                };
+                let x = activations(spec, &input, window * cols);
                 let w = input("w");
                 let row_bytes = quant.row_bytes(cols as u64).unwrap_or(0) as usize;
                 let mut y = vec![0f32; window * rows];
@@ -97,14 +91,32 @@ impl Cpu {
                 outputs.push(("xq", xq));
                 outputs.push(("xd", f32_bytes(&xd)));
             }
-            Op::RmsNorm { n, eps } => {
+            Op::RmsNorm { n, eps, qk } => {
                 let (n, rows) = (*n as usize, scalar("rows") as usize);
-                outputs
-                    .push(("y", f32_bytes(&rmsnorm(&floats(input("x"), rows * n), &floats(input("w"), n), n, *eps))));
+                let (x, w) = (floats(input("x"), rows * n), floats(input("w"), if qk.is_some() { 2 * n } else { n }));
+                let y = match qk {
+                    None => rmsnorm(&x, &w, n, *eps),
+                    // Each row with its own weights: the query norm, then the key norm.
+                    Some([q, k]) => x
+                        .chunks_exact(n)
+                        .enumerate()
+                        .flat_map(|(r, row)| {
+                            let (period, queries) = ((q + k) as usize, *q as usize);
+                            let half = if r % period < queries { 0 } else { n };
+                            rmsnorm(row, &w[half..half + n], n, *eps)
+                        })
+                        .collect(),
+                };
+                outputs.push(("y", f32_bytes(&y)));
             }
-            Op::AddRmsNorm { n, eps, q8 } => {
-                let (n, rows) = (*n as usize, scalar("rows") as usize);
-                let (a, b) = (floats(input("a"), rows * n), floats(input("b"), rows * n));
+            Op::AddRmsNorm { n, eps, q8, experts } => {
+                let (n, rows, k) = (*n as usize, scalar("rows") as usize, *experts as usize);
+                let a = floats(input("a"), rows * n);
+                let b = if k > 0 {
+                    moe_sum(&floats(input("parts"), rows * k * n), &floats(input("weights"), rows * k), n, k)
+                } else {
+                    floats(input("b"), rows * n)
+                };
                 let sum: Vec<f32> = a.iter().zip(&b).map(|(a, b)| a + b).collect();
                 let y = rmsnorm(&sum, &floats(input("w"), n), n, *eps);
                 if *q8 {
@@ -178,9 +190,18 @@ impl Cpu {
                 }
                 outputs.push(("q", f32_bytes(&q)));
             }
-            Op::SiluMul { n, q8 } => {
-                let len = *n as usize * scalar("tokens") as usize;
-                let (g, u) = (floats(input("gate"), len), floats(input("up"), len));
+            Op::SiluMul { n, q8, paired } => {
+                let (n, tokens) = (*n as usize, scalar("tokens") as usize);
+                let len = n * tokens;
+                let (g, u) = if *paired {
+                    let rows = floats(input("gate_up"), 2 * len);
+                    let half = |i: usize| -> Vec<f32> {
+                        rows.chunks_exact(2 * n).flat_map(|r| r[i * n..(i + 1) * n].to_vec()).collect()
+                    };
+                    (half(0), half(1))
+                } else {
+                    (floats(input("gate"), len), floats(input("up"), len))
+                };
                 let y: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
                 if *q8 {
                     let (xq, xd) = quantize_q8(&y);
@@ -188,6 +209,61 @@ impl Cpu {
                     outputs.push(("xd", f32_bytes(&xd)));
                 }
                 outputs.push(("y", f32_bytes(&y)));
+            }
+            Op::MoeRoute { experts, used } => {
+                let (e, k, tokens) = (*experts as usize, *used as usize, scalar("tokens") as usize);
+                let layout = RouteLayout::new(*experts, *used);
+                let mut route = ints(input("route"), layout.len() as usize);
+                let mut weights = floats(input("weights"), MAX_WINDOW as usize * k);
+                moe_route(&floats(input("logits"), tokens * e), e, layout, &mut route, &mut weights);
+                outputs.push(("route", route.iter().flat_map(|v| v.to_le_bytes()).collect()));
+                outputs.push(("weights", f32_bytes(&weights)));
+            }
+            Op::ExpertGemv { quant, rows, cols, window, used, experts, input: which } => {
+                let (rows, cols, window, used) = (*rows as usize, *cols as usize, *window as usize, *used as usize);
+                let layout = RouteLayout::new(*experts, used as u32);
+                let route = ints(input("route"), layout.len() as usize);
+                let slot_of = ints(input("slot_of"), *experts as usize);
+                let in_rows = if *which == ExpertInput::Token { window } else { window * used };
+                let x = activations(spec, &input, in_rows * cols);
+                let row_bytes = quant.row_bytes(cols as u64).unwrap_or(0) as usize;
+                let (w, slots) = (input("w"), scalar("slots") as usize);
+                let mut y = floats(input("y"), window * used * rows);
+                for u in 0..(route[0].max(0) as usize).min(layout.union(window as u32) as usize) {
+                    let expert = route[1 + u];
+                    let Some(&slot) = usize::try_from(expert).ok().and_then(|e| slot_of.get(e)) else { continue };
+                    let Ok(slot) = usize::try_from(slot) else { continue };
+                    if slot >= slots {
+                        continue;
+                    }
+                    let matrix = &w[slot * rows * row_bytes..(slot + 1) * rows * row_bytes];
+                    let columns: Vec<(usize, usize)> = (0..window)
+                        .filter_map(|t| {
+                            let j = usize::try_from(route[layout.pick(u as u32, t as u32) as usize]).ok()?;
+                            let input = if *which == ExpertInput::Token { t } else { t * used + j };
+                            Some((t * used + j, input))
+                        })
+                        .collect();
+                    let results: Vec<Vec<f32>> = (0..rows)
+                        .into_par_iter()
+                        .map(|r| {
+                            let mut wr = vec![0f32; cols];
+                            let _ = quant.dequantize(&matrix[r * row_bytes..(r + 1) * row_bytes], &mut wr);
+                            columns.iter().map(|&(_, i)| dot(&wr, &x[i * cols..(i + 1) * cols])).collect()
+                        })
+                        .collect();
+                    for (r, values) in results.iter().enumerate() {
+                        for (&(out, _), v) in columns.iter().zip(values) {
+                            y[out * rows + r] = *v;
+                        }
+                    }
+                }
+                outputs.push(("y", f32_bytes(&y)));
+            }
+            Op::MoeSum { n, used } => {
+                let (n, k, tokens) = (*n as usize, *used as usize, scalar("tokens") as usize);
+                let (parts, weights) = (floats(input("parts"), tokens * k * n), floats(input("weights"), tokens * k));
+                outputs.push(("y", f32_bytes(&moe_sum(&parts, &weights, n, k))));
             }
             Op::Add { n, broadcast } => {
                 let (n, tokens) = (*n as usize, scalar("tokens") as usize);
@@ -286,7 +362,7 @@ impl Cpu {
                 outputs.push(("partial", f32_bytes(&partial)));
                 outputs.push(("splits", used.iter().flat_map(|v| v.to_le_bytes()).collect()));
             }
-            Op::AttentionMerge { heads, head_dim } => {
+            Op::AttentionMerge { heads, head_dim, q8 } => {
                 let Tuning::Attention(tuning) = &spec.tuning else {
                     return Err(RunError::Other(format!("{}: no split rule", spec.name)));
                 };
@@ -305,6 +381,11 @@ impl Cpu {
                         let num: f64 = states.iter().zip(&factor).map(|(st, f)| f64::from(st[2 + d]) * f).sum();
                         *o = if den > 0.0 { (num / den) as f32 } else { 0.0 };
                     }
+                }
+                if *q8 {
+                    let (xq, xd) = quantize_q8(&out);
+                    outputs.push(("xq", xq));
+                    outputs.push(("xd", f32_bytes(&xd)));
                 }
                 outputs.push(("out", f32_bytes(&out)));
             }
@@ -474,6 +555,82 @@ pub fn argmax(row: &[f32]) -> usize {
     best
 }
 
+/// Rows of `n`: `Σ_j weights[t][j] · parts[t·k + j]`, in ascending `j` (fused multiply-adds
+/// from zero, as the kernels sum).
+fn moe_sum(parts: &[f32], weights: &[f32], n: usize, k: usize) -> Vec<f32> {
+    (0..weights.len() / k.max(1) * n)
+        .map(|i| {
+            let (t, c) = (i / n, i % n);
+            (0..k).fold(0f32, |acc, j| weights[t * k + j].mul_add(parts[(t * k + j) * n + c], acc))
+        })
+        .collect()
+}
+
+/// A product's `n` input values: an int8-dot kernel reads its input quantized, and the
+/// reference multiplies by the same dequantized activations (so only the summation order
+/// differs); a float kernel reads `x`.
+fn activations<'a>(spec: &KernelSpec, input: &impl Fn(&str) -> &'a [u8], n: usize) -> Vec<f32> {
+    if spec.buffers.iter().any(|b| b.name == "xq") {
+        let (xq, xd) = (input("xq"), floats(input("xd"), n / 16));
+        (0..n).map(|i| f32::from(xq[i] as i8) * xd[i / 32 * 2]).collect()
+    } else {
+        floats(input("x"), n)
+    }
+}
+
+/// Routes each row of `logits` (one token's `experts` router logits, at most
+/// [`MAX_WINDOW`] tokens) as `moe_route` does: each token's choices and weights, and the
+/// window's union with its picks, into `route` and `weights` where [`RouteLayout`] puts
+/// them (union entries past its size are left as they are).
+pub fn moe_route(logits: &[f32], experts: usize, layout: RouteLayout, route: &mut [i32], weights: &mut [f32]) {
+    let k = layout.used as usize;
+    let choices: Vec<Vec<usize>> =
+        logits.chunks_exact(experts).take(MAX_WINDOW as usize).map(|row| top_experts(row, k)).collect();
+    for (t, chosen) in choices.iter().enumerate() {
+        weights[t * k..(t + 1) * k].copy_from_slice(&route_weights(&logits[t * experts..(t + 1) * experts], chosen));
+    }
+    let mut union: Vec<usize> = choices.iter().flatten().copied().collect();
+    union.sort_unstable();
+    union.dedup();
+    route[0] = union.len() as i32;
+    for (u, &expert) in union.iter().enumerate() {
+        route[1 + u] = expert as i32;
+        for t in 0..MAX_WINDOW {
+            let j = choices.get(t as usize).and_then(|c| c.iter().position(|&x| x == expert));
+            route[layout.pick(u as u32, t) as usize] = j.map_or(-1, |j| j as i32);
+        }
+    }
+}
+
+/// The `k` experts of the largest router logits, largest first (ties: the lower expert;
+/// an expert whose logit compares false with everything is taken only when nothing else
+/// is left), as `moe_route` chooses them.
+pub fn top_experts(logits: &[f32], k: usize) -> Vec<usize> {
+    let mut taken = vec![false; logits.len()];
+    let mut chosen = Vec::with_capacity(k);
+    for _ in 0..k.min(logits.len()) {
+        let mut best: Option<usize> = None;
+        for (e, &x) in logits.iter().enumerate() {
+            if !taken[e] && best.is_none_or(|b| x > logits[b]) {
+                best = Some(e);
+            }
+        }
+        if let Some(b) = best {
+            taken[b] = true;
+            chosen.push(b);
+        }
+    }
+    chosen
+}
+
+/// The routing weights of `chosen` (largest logit first): the softmax over their logits,
+/// summed in choice order.
+pub fn route_weights(logits: &[f32], chosen: &[usize]) -> Vec<f32> {
+    let top = chosen.first().map_or(0.0, |&e| logits[e]);
+    let sum: f32 = chosen.iter().map(|&e| (logits[e] - top).exp()).sum();
+    chosen.iter().map(|&e| (logits[e] - top).exp() / sum).collect()
+}
+
 /// f32 dot product with eight partial sums (vectorizes; the order is fixed).
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
@@ -578,6 +735,34 @@ impl Backend for Cpu {
 
     fn sync_within(&mut self, _deadline: Duration) -> Result<bool, RunError> {
         Ok(true)
+    }
+
+    fn alloc_host(&mut self, bytes: usize) -> Result<HostId, RunError> {
+        self.host.push(vec![0; bytes]);
+        Ok(HostId(self.host.len() - 1))
+    }
+
+    fn host_mut(&mut self, host: HostId) -> &mut [u8] {
+        &mut self.host[host.0]
+    }
+
+    fn upload(
+        &mut self,
+        from: HostId,
+        from_offset: usize,
+        to: BufferId,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<(), RunError> {
+        let src = self.host[from.0].get(from_offset..from_offset + bytes);
+        let dst = self.buffers[to.0].get_mut(offset..offset + bytes);
+        match (src, dst) {
+            (Some(src), Some(dst)) => {
+                dst.copy_from_slice(src);
+                Ok(())
+            }
+            _ => Err(RunError::Other(format!("upload of {bytes} bytes past the end of a buffer"))),
+        }
     }
 
     fn error_slot(&mut self) -> &mut Option<BufferId> {

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice,
 use cudarc::nvrtc::Ptx;
 use strata_compiler::plan::KernelSpec;
 
-use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, Mark, RunError, grid};
+use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, Mark, RunError, grid};
 
 /// Whether a CUDA driver library can be loaded on this machine.
 pub fn driver_present() -> bool {
@@ -42,6 +42,30 @@ pub struct Cuda {
     last_kernel: String,
     /// A kernel did not finish: freeing device memory would wait for it forever.
     hung: bool,
+    /// The queue of uploads from host memory, beside `stream`.
+    copy: Option<Arc<CudaStream>>,
+    /// Page-locked host memory: (pointer, bytes).
+    host: Vec<PinnedHost>,
+    /// Per `await_uploads`: (the kernels reached it, the uploads before it landed).
+    waits: Vec<(CudaEvent, CudaEvent)>,
+}
+
+/// Page-locked host memory from `cuMemHostAlloc`, freed on drop.
+struct PinnedHost {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the allocation belongs to this value alone; moving it to another thread moves
+// that ownership (the CUDA context it came from is usable from any thread).
+unsafe impl Send for PinnedHost {}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from cuMemHostAlloc and is freed once; the backend syncs its
+        // queues before dropping, so no copy reads it any more.
+        let _ = unsafe { cudarc::driver::result::free_host(self.ptr.cast()) };
+    }
 }
 
 impl Drop for Cuda {
@@ -53,6 +77,7 @@ impl Drop for Cuda {
             std::mem::forget(std::mem::take(&mut self.graphs));
             std::mem::forget(std::mem::take(&mut self.functions));
             std::mem::forget(Arc::clone(&self.stream));
+            std::mem::forget(std::mem::take(&mut self.host));
             std::mem::forget(Arc::clone(&self.ctx));
         }
     }
@@ -90,6 +115,9 @@ impl Cuda {
             errors: None,
             last_kernel: String::new(),
             hung: false,
+            copy: None,
+            host: Vec::new(),
+            waits: Vec::new(),
         })
     }
 
@@ -292,6 +320,76 @@ impl Backend for Cuda {
 
     fn error_slot(&mut self) -> &mut Option<BufferId> {
         &mut self.errors
+    }
+
+    fn alloc_host(&mut self, bytes: usize) -> Result<HostId, RunError> {
+        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        // SAFETY: cuMemHostAlloc returns `bytes` of page-locked memory or an error; it is
+        // zeroed next, so no uninitialized byte is ever read.
+        let ptr = unsafe { cudarc::driver::result::malloc_host(bytes.max(1), 0) }
+            .map_err(driver(&format!("cuMemHostAlloc({bytes} bytes)")))?
+            .cast::<u8>();
+        // SAFETY: `ptr` points to `bytes` writable bytes that nothing else references.
+        unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+        self.host.push(PinnedHost { ptr, len: bytes });
+        Ok(HostId(self.host.len() - 1))
+    }
+
+    fn host_mut(&mut self, host: HostId) -> &mut [u8] {
+        let h = &self.host[host.0];
+        // SAFETY: the allocation is live for the backend's life and `&mut self` makes this
+        // the only reference the host holds.
+        unsafe { std::slice::from_raw_parts_mut(h.ptr, h.len) }
+    }
+
+    fn upload(
+        &mut self,
+        from: HostId,
+        from_offset: usize,
+        to: BufferId,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<(), RunError> {
+        let h = &self.host[from.0];
+        if from_offset + bytes > h.len || offset + bytes > self.size(to) {
+            return Err(RunError::Other(format!("upload of {bytes} bytes past the end of a buffer")));
+        }
+        let copy = match &self.copy {
+            Some(c) => Arc::clone(c),
+            None => {
+                let c = self.ctx.new_stream().map_err(driver("cuStreamCreate"))?;
+                self.copy = Some(Arc::clone(&c));
+                c
+            }
+        };
+        // SAFETY: the range lies within the pinned allocation (checked above), which
+        // outlives the copy (host memory is freed only when the backend is dropped).
+        let src = unsafe { std::slice::from_raw_parts(h.ptr.add(from_offset), bytes) };
+        let dst = self.pointer(to, offset);
+        // SAFETY: `dst` is `bytes` inside a live device buffer (checked above).
+        unsafe { cudarc::driver::result::memcpy_htod_async(dst, src, copy.cu_stream()) }
+            .map_err(driver("cuMemcpyHtoDAsync"))
+    }
+
+    fn await_uploads(&mut self) -> Result<(), RunError> {
+        let Some(copy) = self.copy.clone() else { return Ok(()) };
+        let timed = Some(CUevent_flags::CU_EVENT_DEFAULT);
+        let reached = self.stream.record_event(timed).map_err(driver("cuEventRecord"))?;
+        let landed = copy.record_event(timed).map_err(driver("cuEventRecord"))?;
+        self.stream.wait(&landed).map_err(driver("cuStreamWaitEvent"))?;
+        self.waits.push((reached, landed));
+        Ok(())
+    }
+
+    fn upload_stall(&mut self) -> Result<f64, RunError> {
+        let mut seconds = 0.0;
+        for (reached, landed) in self.waits.drain(..) {
+            landed.synchronize().map_err(driver("cuEventSynchronize"))?;
+            reached.synchronize().map_err(driver("cuEventSynchronize"))?;
+            let ms = reached.elapsed_ms(&landed).map_err(driver("cuEventElapsedTime"))?;
+            seconds += f64::from(ms.max(0.0)) / 1e3;
+        }
+        Ok(seconds)
     }
 
     fn begin_capture(&mut self) -> Result<(), RunError> {

@@ -27,6 +27,10 @@ pub enum Mark {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BufferId(pub(crate) usize);
 
+/// Host memory a backend copies to its buffers asynchronously (pinned on a GPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HostId(pub(crate) usize);
+
 /// A captured launch sequence on a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GraphId(pub(crate) usize);
@@ -149,6 +153,46 @@ pub trait Backend {
     /// Queues a copy of `bytes` from the start of `from` to the start of `to` (the copy
     /// bandwidth that benchmarks relate kernel bandwidth to).
     fn copy(&mut self, from: BufferId, to: BufferId, bytes: usize) -> Result<(), RunError>;
+
+    /// Host memory of `bytes` that [`Backend::upload`] copies from (page-locked on a GPU,
+    /// so copies run at the bus's speed beside the kernels).
+    fn alloc_host(&mut self, bytes: usize) -> Result<HostId, RunError> {
+        let _ = bytes;
+        Err(RunError::Other(format!("the {} backend cannot stream weights from host memory", self.info().backend)))
+    }
+
+    /// The contents of host memory, to fill (after [`Backend::sync`] when uploads from it
+    /// may be in flight).
+    fn host_mut(&mut self, host: HostId) -> &mut [u8] {
+        let _ = host;
+        &mut []
+    }
+
+    /// Queues a copy of `bytes` from `from` at `from_offset` into `to` at `offset` on a
+    /// copy queue of its own: it runs beside the kernels, which see it only after
+    /// [`Backend::await_uploads`].
+    fn upload(
+        &mut self,
+        from: HostId,
+        from_offset: usize,
+        to: BufferId,
+        offset: usize,
+        bytes: usize,
+    ) -> Result<(), RunError> {
+        let _ = (from, from_offset, to, offset, bytes);
+        Err(RunError::Other(format!("the {} backend cannot stream weights from host memory", self.info().backend)))
+    }
+
+    /// Makes kernels queued after this wait for every upload queued before it.
+    fn await_uploads(&mut self) -> Result<(), RunError> {
+        Ok(())
+    }
+
+    /// Seconds the kernels waited for uploads (at their [`Backend::await_uploads`]
+    /// points) since the last call; waits for the queued work.
+    fn upload_stall(&mut self) -> Result<f64, RunError> {
+        Ok(0.0)
+    }
 
     /// A timing mark after all queued work. By default the host clock once that work
     /// has finished; a GPU backend records a device event instead, so that marks do not

@@ -45,7 +45,7 @@ impl Model {
         let (heads, kv_heads, head_dim, block) = (d.heads, d.kv_heads, d.head_dim_k, self.block);
         let scale = 1.0 / (head_dim as f32).sqrt();
         let dense = self.kernels.get(&Op::Attention { heads, kv_heads, head_dim, scale, block, sparse: false })?;
-        let merge = self.kernels.get(&Op::AttentionMerge { heads, head_dim })?;
+        let merge = self.kernels.get(&Op::AttentionMerge { heads, head_dim, q8: false })?;
         let sparse = self.kernels.get(&Op::Attention { heads, kv_heads, head_dim, scale, block, sparse: true })?;
         let score = self.kernels.get(&Op::QsaScore { heads, kv_heads, head_dim, block })?;
         let select = self.kernels.get(&Op::QsaSelect { kv_heads, block })?;

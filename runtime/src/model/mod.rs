@@ -7,6 +7,7 @@
 //! slot and replayed (a CUDA graph on CUDA).
 
 mod attention_bench;
+pub mod experts;
 mod kernel_bench;
 pub mod qsa;
 mod rope;
@@ -15,14 +16,16 @@ mod upload;
 use std::collections::HashMap;
 
 pub use attention_bench::AttentionTiming;
+pub use experts::{CacheSize, ExpertOptions, ExpertStats, Placement, Policy};
 pub use kernel_bench::{KernelReport, KernelTiming};
 pub use qsa::QsaConfig;
 
+use experts::Experts;
 use upload::Uploader;
 
 use strata_compiler::model::{Family, ModelDesc};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Op, RopeStyle, Tuning, rules};
+use strata_compiler::plan::{ExpertInput, KernelSpec, MAX_WINDOW, Op, RopeStyle, RouteLayout, Tuning, rules};
 use strata_compiler::quant::GgmlType;
 
 use crate::backend::{Arg, Backend, BufferId, GraphId, RunError};
@@ -61,17 +64,22 @@ struct Layer {
     q_bias: Option<Weight>,
     k_bias: Option<Weight>,
     v_bias: Option<Weight>,
-    q_norm: Option<Weight>,
-    k_norm: Option<Weight>,
+    /// qwen3's per-head norms: query, key, and both side by side.
+    qk_norm: Option<[Weight; 3]>,
     o: Weight,
     ffn_norm: Weight,
-    gate: Weight,
-    up: Weight,
-    down: Weight,
     /// Q, K and V stacked, for the decode step's one fused product.
     qkv: Option<Weight>,
-    /// Gate and up stacked, likewise.
-    gate_up: Option<Weight>,
+    ffn: Ffn,
+}
+
+/// A layer's feed-forward weights.
+#[derive(Clone, Copy)]
+enum Ffn {
+    /// One SiLU-gated FFN; gate and up also stacked for the decode step's fused product.
+    Dense { gate: Weight, up: Weight, down: Weight, gate_up: Option<Weight> },
+    /// Mixture of experts: the router here, the experts in [`Experts`]' pools.
+    Experts { router: Weight },
 }
 
 /// Scratch buffers for a window of up to `window` tokens.
@@ -104,6 +112,13 @@ struct Scratch {
     scores: BufferId,
     list: BufferId,
     count: BufferId,
+    /// Mixture of experts: router logits, the routing ([`RouteLayout`]) and weights, each
+    /// choice's gate·up and down outputs.
+    router: BufferId,
+    route: BufferId,
+    route_weights: BufferId,
+    expert_gate_up: BufferId,
+    expert_parts: BufferId,
 }
 
 /// The kernels of a sparse attention pass and the budget in blocks.
@@ -150,12 +165,15 @@ pub struct Model {
     graphs: HashMap<(usize, u32, bool, bool), GraphId>,
     /// The (slot, token) in `next[0]` on the device, as last read back.
     on_device: Option<(usize, u32)>,
+    /// Mixture-of-experts packs: the experts' pools and cache.
+    experts: Option<Experts>,
 }
 
 impl Model {
     /// Uploads the pack's weights to `backend` and allocates `slots` KV caches (one per
     /// concurrent sequence) of `n_ctx` positions and scratch for windows of up to
     /// `window` tokens. `progress` sees bytes uploaded and the total.
+    #[allow(clippy::too_many_arguments)]
     pub fn load(
         pack: &Pack,
         mut backend: Box<dyn Backend>,
@@ -163,16 +181,10 @@ impl Model {
         n_ctx: u32,
         window: u32,
         slots: usize,
+        expert_options: &ExpertOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Model, RunError> {
         let desc = ModelDesc::from_pack(pack).map_err(|e| RunError::Other(e.to_string()))?;
-        if desc.experts.is_some() {
-            return Err(RunError::Other(format!(
-                "{}: mixture-of-experts models ({}) are not supported by strata-run yet",
-                pack.path().display(),
-                desc.family.arch()
-            )));
-        }
         if n_ctx == 0 || window == 0 || slots == 0 {
             return Err(RunError::Other("context, window and slots must be at least 1".into()));
         }
@@ -188,14 +200,23 @@ impl Model {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             let nb = |s: &str| format!("blk.{i}.{s}");
             let qwen2 = desc.family == Family::Qwen2;
-            let qwen3 = desc.family == Family::Qwen3;
+            let qwen3 = matches!(desc.family, Family::Qwen3 | Family::Qwen3Moe);
             let q_bias = up.optional(b, &nb("attn_q.bias"), qwen2)?;
             let k_bias = up.optional(b, &nb("attn_k.bias"), qwen2)?;
             let v_bias = up.optional(b, &nb("attn_v.bias"), qwen2)?;
-            let q_norm = up.optional(b, &n("attn_q_norm"), qwen3)?;
-            let k_norm = up.optional(b, &n("attn_k_norm"), qwen3)?;
+            let qk_norm = if qwen3 { Some(up.norm_pair(b, [&n("attn_q_norm"), &n("attn_k_norm")])?) } else { None };
             let qkv = up.stacked(b, &kernels, &["attn_q", "attn_k", "attn_v"].map(n))?;
-            let gate_up = up.stacked(b, &kernels, &["ffn_gate", "ffn_up"].map(n))?;
+            let ffn = if desc.experts.is_some() {
+                Ffn::Experts { router: up.one(b, &n("ffn_gate_inp"))? }
+            } else {
+                let gate_up = up.stacked(b, &kernels, &["ffn_gate", "ffn_up"].map(n))?;
+                Ffn::Dense {
+                    gate: up.part(b, &gate_up, 0, &n("ffn_gate"))?,
+                    up: up.part(b, &gate_up, 1, &n("ffn_up"))?,
+                    down: up.one(b, &n("ffn_down"))?,
+                    gate_up: gate_up.as_ref().map(|p| p[2]),
+                }
+            };
             layers.push(Layer {
                 attn_norm: up.one(b, &n("attn_norm"))?,
                 q: up.part(b, &qkv, 0, &n("attn_q"))?,
@@ -204,22 +225,21 @@ impl Model {
                 q_bias,
                 k_bias,
                 v_bias,
-                q_norm,
-                k_norm,
+                qk_norm,
                 o: up.one(b, &n("attn_output"))?,
                 ffn_norm: up.one(b, &n("ffn_norm"))?,
-                gate: up.part(b, &gate_up, 0, &n("ffn_gate"))?,
-                up: up.part(b, &gate_up, 1, &n("ffn_up"))?,
-                down: up.one(b, &n("ffn_down"))?,
                 qkv: qkv.as_ref().map(|p| p[3]),
-                gate_up: gate_up.as_ref().map(|p| p[2]),
+                ffn,
             });
         }
         let block = kernels
             .qsa_block()
             .ok_or_else(|| RunError::Other("the kernels have no rope_store, so no KV block size".into()))?;
         let n_blocks = n_ctx.div_ceil(block) as usize;
-        let splits = match kernels.get(&Op::AttentionMerge { heads: desc.heads, head_dim: desc.head_dim_k })?.tuning {
+        let splits = match kernels
+            .get(&Op::AttentionMerge { heads: desc.heads, head_dim: desc.head_dim_k, q8: false })?
+            .tuning
+        {
             Tuning::Attention(t) => t.splits as usize,
             _ => rules::ATTENTION_SPLITS as usize,
         };
@@ -227,7 +247,11 @@ impl Model {
         let f32s = |b: &mut dyn Backend, n: usize| b.alloc(n * 4);
         let (e, qd, kd, ffn) =
             (desc.embd as usize, (desc.heads * desc.head_dim_k) as usize, kv_width, desc.ffn as usize);
-        let widest = [e, qd, ffn].into_iter().max().unwrap_or(0);
+        // Mixture of experts: per token, `used` choices of the experts' FFN width.
+        let (n_experts, used, effn) =
+            desc.experts.map_or((1, 1, 1), |x| (x.count as usize, x.used as usize, x.ffn as usize));
+        let route_len = RouteLayout::new(n_experts as u32, used as u32).len() as usize;
+        let widest = [e, qd, ffn, used * effn].into_iter().max().unwrap_or(0);
         let s = Scratch {
             x: [f32s(b, w * e)?, f32s(b, w * e)?],
             h: f32s(b, w * e)?,
@@ -241,7 +265,7 @@ impl Model {
             gate: f32s(b, w * ffn)?,
             up: f32s(b, w * ffn)?,
             gate_up: f32s(b, 2 * ffn)?,
-            act: f32s(b, w * ffn)?,
+            act: f32s(b, w * ffn.max(used * effn))?,
             xq: b.alloc(w * widest)?,
             xd: f32s(b, w * widest / 16)?,
             logits: f32s(b, w * desc.vocab as usize)?,
@@ -254,6 +278,11 @@ impl Model {
             scores: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize * n_blocks)?,
             list: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize * n_blocks)?,
             count: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize)?,
+            router: f32s(b, w * n_experts)?,
+            route: f32s(b, route_len)?,
+            route_weights: f32s(b, MAX_WINDOW as usize * used)?,
+            expert_gate_up: f32s(b, w * used * 2 * effn)?,
+            expert_parts: f32s(b, w * used * e)?,
         };
         let cache_bytes = n_ctx as usize * kv_width * 2;
         let summary_bytes = n_blocks * 2 * kv_width * 2;
@@ -272,6 +301,27 @@ impl Model {
             .collect::<Result<Vec<Vec<_>>, RunError>>()?;
         let table = rope::table(n_ctx, desc.rope_dims, desc.rope_base);
         b.write(s.cos_sin, 0, &table)?;
+        let experts = match desc.experts {
+            Some(_) => {
+                let expert_bytes: u64 =
+                    pack.tensors().iter().filter(|t| t.name.contains("_exps.")).map(|t| t.bytes).sum();
+                // What the rest of the model takes: its weights, the KV caches, and room
+                // for scratch.
+                let other = total - expert_bytes
+                    + (slots * desc.layers as usize * (2 * cache_bytes + summary_bytes)) as u64
+                    + (512 << 20);
+                let mut done = up.done;
+                let progress = &mut *up.progress;
+                let x = Experts::load(pack, &desc, b, expert_options, window, other, &mut |n| {
+                    done += n;
+                    progress(done, total);
+                })?;
+                Some(x)
+            }
+            None => None,
+        };
+        // Routing takes up to MAX_WINDOW tokens a pass (and a small cache fewer).
+        let window = experts.as_ref().map_or(window, |x| window.min(x.max_window).min(MAX_WINDOW));
         Ok(Model {
             desc,
             backend,
@@ -290,6 +340,7 @@ impl Model {
             pos: vec![0; slots],
             graphs: HashMap::new(),
             on_device: None,
+            experts,
         })
     }
 
@@ -446,6 +497,7 @@ impl Model {
         let t = self.room(tokens.len())?;
         self.upload_ids(tokens)?;
         self.enqueue(self.s.ids, t, logits, false)?;
+        self.end_pass(t)?;
         self.pos[self.slot] += t;
         Ok(())
     }
@@ -504,6 +556,15 @@ impl Model {
     /// last argmax left them), else from `ids`.
     fn replay_step(&mut self, t: u32, argmax: bool) -> Result<(), RunError> {
         let sparse = self.sparse(t);
+        if self.experts.as_ref().is_some_and(Experts::cached) {
+            // The host picks experts between layers: nothing to capture.
+            let ids = if t == 1 && argmax { self.s.next } else { self.s.ids };
+            self.enqueue(ids, t, Logits::All, sparse)?;
+            if argmax {
+                self.enqueue_argmax(t)?;
+            }
+            return self.end_pass(t);
+        }
         let key = (self.slot, t, argmax, sparse);
         let graph = match self.graphs.get(&key) {
             Some(&g) => g,
@@ -520,7 +581,26 @@ impl Model {
                 g
             }
         };
-        self.backend.replay(graph)
+        self.backend.replay(graph)?;
+        self.end_pass(t)
+    }
+
+    /// Counts a pass of `t` tokens in the expert statistics.
+    fn end_pass(&mut self, t: u32) -> Result<(), RunError> {
+        match &mut self.experts {
+            Some(x) => x.end_pass(self.backend.as_mut(), t),
+            None => Ok(()),
+        }
+    }
+
+    /// How the experts were placed (mixture-of-experts packs).
+    pub fn expert_placement(&self) -> Option<&Placement> {
+        self.experts.as_ref().map(|x| &x.placement)
+    }
+
+    /// The expert cache's counters since the last call (mixture-of-experts packs).
+    pub fn take_expert_stats(&mut self) -> Option<ExpertStats> {
+        self.experts.as_mut().map(Experts::take_stats)
     }
 
     /// The greedy tokens of the logits rows left by the last forward pass.
@@ -597,17 +677,18 @@ impl Model {
     }
 
     fn rmsnorm(&mut self, n: u32, x: Arg, w: Weight, y: Arg, rows: u32) -> Result<(), RunError> {
-        let spec = self.kernels.get(&Op::RmsNorm { n, eps: self.desc.rms_eps })?;
-        self.backend.call(&spec, &[("x", x), ("w", Arg::Buf(w.buf, 0)), ("y", y), ("rows", Arg::U32(rows))])
+        let spec = self.kernels.get(&Op::RmsNorm { n, eps: self.desc.rms_eps, qk: None })?;
+        self.backend.call(&spec, &[("x", x), ("w", Arg::Buf(w.buf, w.offset)), ("y", y), ("rows", Arg::U32(rows))])
     }
 
     /// `sum = a + b` (the new residual stream) and `y = rmsnorm(sum) · w`, over `rows` rows,
-    /// for the products `next`; returns whether it also quantized `y` for them.
+    /// for the products `next`; returns whether it also quantized `y` for them. `b` is a
+    /// buffer, or with `None` the weighted sum of the experts' outputs in scratch.
     #[allow(clippy::too_many_arguments)]
     fn add_rmsnorm(
         &mut self,
         a: BufferId,
-        b: BufferId,
+        b: Option<BufferId>,
         w: Weight,
         sum: BufferId,
         y: BufferId,
@@ -615,10 +696,16 @@ impl Model {
         next: &[Weight],
     ) -> Result<bool, RunError> {
         let (n, eps) = (self.desc.embd, self.desc.rms_eps);
-        let q8 = self.fuse_q8(&Op::AddRmsNorm { n, eps, q8: true }, next, rows)?;
-        let spec = self.kernels.get(&Op::AddRmsNorm { n, eps, q8 })?;
+        let experts = if b.is_none() { self.desc.experts.map_or(0, |x| x.used) } else { 0 };
+        let fused = Op::AddRmsNorm { n, eps, q8: true, experts };
+        let q8 = if next.is_empty() { self.kernels.has(&fused) } else { self.fuse_q8(&fused, next, rows)? };
+        let spec = self.kernels.get(&Op::AddRmsNorm { n, eps, q8, experts })?;
         let buf = |id| Arg::Buf(id, 0);
-        let mut args = vec![("a", buf(a)), ("b", buf(b)), ("w", buf(w.buf)), ("sum", buf(sum)), ("y", buf(y))];
+        let mut args = vec![("a", buf(a)), ("w", buf(w.buf)), ("sum", buf(sum)), ("y", buf(y))];
+        match b {
+            Some(b) => args.push(("b", buf(b))),
+            None => args.extend([("parts", buf(self.s.expert_parts)), ("weights", buf(self.s.route_weights))]),
+        }
         if q8 {
             args.extend([("xq", buf(self.s.xq)), ("xd", buf(self.s.xd))]);
         }
@@ -675,12 +762,119 @@ impl Model {
         }
     }
 
-    /// The products that read a layer's feed-forward norm, for a window of `t` tokens.
+    /// The products that read a layer's feed-forward norm, for a window of `t` tokens
+    /// (none for experts, whose products always read int8 input).
     fn ffn_inputs(ly: &Layer, t: u32) -> Vec<Weight> {
-        match ly.gate_up {
-            Some(gu) if t == 1 => vec![gu],
-            _ => vec![ly.gate, ly.up],
+        match ly.ffn {
+            Ffn::Dense { gate_up: Some(gu), .. } if t == 1 => vec![gu],
+            Ffn::Dense { gate, up, .. } => vec![gate, up],
+            Ffn::Experts { .. } => vec![],
         }
+    }
+
+    /// The SiLU-gated FFN of `h` (quantized already where `h_q8`) into `proj`.
+    fn dense_ffn(
+        &mut self,
+        gate: Weight,
+        up: Weight,
+        down: Weight,
+        gate_up: Option<Weight>,
+        t: u32,
+        h_q8: bool,
+    ) -> Result<(), RunError> {
+        let (ffn, s) = (self.desc.ffn, &self.s);
+        let (h, act, proj) = (Arg::Buf(s.h, 0), Arg::Buf(s.act, 0), Arg::Buf(s.proj, 0));
+        let (gate, up) = match gate_up {
+            Some(gu) if t == 1 => {
+                let y = s.gate_up;
+                self.products(h, 1, &[(gu, Arg::Buf(y, 0))], h_q8)?;
+                (Arg::Buf(y, 0), Arg::Buf(y, ffn as usize * 4))
+            }
+            _ => {
+                let (g, u) = (Arg::Buf(s.gate, 0), Arg::Buf(s.up, 0));
+                self.products(h, t, &[(gate, g), (up, u)], h_q8)?;
+                (g, u)
+            }
+        };
+        let act_q8 = self.fuse_q8(&Op::SiluMul { n: ffn, q8: true, paired: false }, &[down], t)?;
+        let silu = self.kernels.get(&Op::SiluMul { n: ffn, q8: act_q8, paired: false })?;
+        let mut args = vec![("gate", gate), ("up", up), ("y", act)];
+        if act_q8 {
+            args.extend([("xq", Arg::Buf(self.s.xq, 0)), ("xd", Arg::Buf(self.s.xd, 0))]);
+        }
+        args.push(("tokens", Arg::U32(t)));
+        self.backend.call(&silu, &args)?;
+        self.products(act, t, &[(down, proj)], act_q8)
+    }
+
+    /// Layer `layer`'s mixture of experts over `h` (quantized already where `h_q8`) into
+    /// `proj`: router, routing (and, for a cached placement, the uploads it calls for),
+    /// the chosen experts' gate·up, SiLU·mul, down, and their weighted sum.
+    fn expert_ffn(&mut self, layer: u32, router: Weight, t: u32, h_q8: bool) -> Result<(), RunError> {
+        let Some(shape) = self.desc.experts else { return Ok(()) };
+        let (embd, s) = (self.desc.embd, &self.s);
+        let buf = |id| Arg::Buf(id, 0);
+        let (h, logits, route, weights) = (buf(s.h), buf(s.router), buf(s.route), buf(s.route_weights));
+        let (gate_up_out, act, parts, xq, xd) =
+            (buf(s.expert_gate_up), buf(s.act), buf(s.expert_parts), buf(s.xq), buf(s.xd));
+        let route_buf = s.route;
+        // The router reads h as floats, so it does not disturb h's quants in xq/xd.
+        self.products(h, t, &[(router, logits)], h_q8)?;
+        let routing = self.kernels.get(&Op::MoeRoute { experts: shape.count, used: shape.used })?;
+        self.backend
+            .call(&routing, &[("logits", logits), ("route", route), ("weights", weights), ("tokens", Arg::U32(t))])?;
+        let Some(x) = self.experts.as_mut() else { return Err(RunError::Other("experts were not loaded".into())) };
+        x.prepare_layer(self.backend.as_mut(), layer, route_buf)?;
+        let l = layer as usize;
+        let (gate_up, down, slot_of, slots) = (x.gate_up[l], x.down[l], x.slot_of, x.pool_slots);
+        let row = Arg::Buf(slot_of, (layer * shape.count) as usize * 4);
+        let product = |quant, rows, cols, input| Op::ExpertGemv {
+            quant,
+            rows,
+            cols,
+            window: t,
+            used: shape.used,
+            experts: shape.count,
+            input,
+        };
+        let first = self.kernels.get(&product(gate_up.ty, 2 * shape.ffn, embd, ExpertInput::Token))?;
+        let second = self.kernels.get(&product(down.ty, embd, shape.ffn, ExpertInput::Choice))?;
+        let int8 = |spec: &KernelSpec| matches!(spec.tuning, Tuning::GemvQ8(_));
+        // Each product reads its input quantized (int8 path) or as floats.
+        let call = |b: &mut dyn Backend, spec: &KernelSpec, pool: experts::Pool, x, y| {
+            let mut args = vec![("w", Arg::Buf(pool.buf, 0)), ("route", route), ("slot_of", row), ("y", y)];
+            if int8(spec) {
+                args.extend([("xq", xq), ("xd", xd)]);
+            } else {
+                args.push(("x", x));
+            }
+            args.push(("slots", Arg::U32(slots)));
+            b.call(spec, &args)
+        };
+        if int8(&first) && !h_q8 {
+            let quantize = self.kernels.get(&Op::QuantizeQ8 { cols: embd })?;
+            self.backend.call(&quantize, &[("x", h), ("xq", xq), ("xd", xd), ("rows", Arg::U32(t))])?;
+        }
+        call(self.backend.as_mut(), &first, gate_up, h, gate_up_out)?;
+        let silu = self.kernels.get(&Op::SiluMul { n: shape.ffn, q8: int8(&second), paired: true })?;
+        let mut args = vec![("gate_up", gate_up_out), ("y", act)];
+        if int8(&second) {
+            args.extend([("xq", xq), ("xd", xd)]);
+        }
+        args.push(("tokens", Arg::U32(t * shape.used)));
+        self.backend.call(&silu, &args)?;
+        call(self.backend.as_mut(), &second, down, act, parts)
+    }
+
+    /// `proj` = the experts' outputs weighted by the routing (the last layer's; others leave
+    /// the sum to the next norm).
+    fn moe_sum(&mut self, t: u32) -> Result<(), RunError> {
+        let Some(shape) = self.desc.experts else { return Ok(()) };
+        let s = &self.s;
+        let buf = |id| Arg::Buf(id, 0);
+        let args = [("parts", buf(s.expert_parts)), ("weights", buf(s.route_weights)), ("y", buf(s.proj))];
+        let sum = self.kernels.get(&Op::MoeSum { n: self.desc.embd, used: shape.used })?;
+        self.backend.call(&sum, &[args[0], args[1], args[2], ("tokens", Arg::U32(t))])
     }
 
     fn add(&mut self, n: u32, a: Arg, b: Arg, y: Arg, tokens: u32, broadcast: bool) -> Result<(), RunError> {
@@ -694,7 +888,7 @@ impl Model {
     fn enqueue(&mut self, ids: BufferId, t: u32, logits: Logits, sparse: bool) -> Result<(), RunError> {
         let d = self.desc.clone();
         let s = &self.s;
-        let (x, h, attn, proj, act, pos) = (s.x, s.h, s.attn, s.proj, s.act, s.pos);
+        let (x, h, attn, proj, pos) = (s.x, s.h, s.attn, s.proj, s.pos);
         let buf = |id| Arg::Buf(id, 0);
         let at = |id, floats: u32| Arg::Buf(id, floats as usize * 4);
         let (qd, kd) = (d.heads * d.head_dim_k, d.kv_heads * d.head_dim_k);
@@ -707,7 +901,6 @@ impl Model {
         let (heads, kv_heads, head_dim, block) = (d.heads, d.kv_heads, d.head_dim_k, self.block);
         let scale = 1.0 / (head_dim as f32).sqrt();
         let dense = self.kernels.get(&Op::Attention { heads, kv_heads, head_dim, scale, block, sparse: false })?;
-        let merge = self.kernels.get(&Op::AttentionMerge { heads, head_dim })?;
         let qsa = match self.qsa.filter(|_| sparse) {
             Some(budget) => Some(QsaKernels {
                 score: self.kernels.get(&Op::QsaScore { heads, kv_heads, head_dim, block })?,
@@ -752,15 +945,24 @@ impl Model {
                     self.add(n, y, buf(bias.buf), y, t, true)?;
                 }
             }
-            // Per-head norms (qwen3) write Q then K into one buffer.
-            let (q, k) = match (ly.q_norm, ly.k_norm) {
-                (Some(qw), Some(kw)) => {
+            // Per-head norms (qwen3) write Q then K into one buffer: in one launch where
+            // the decode step's fused product left the Q and K heads side by side.
+            let (q, k) = match ly.qk_norm {
+                Some([qw, kw, both]) => {
                     let (qn, kn) = (buf(self.s.qkn), at(self.s.qkn, t * qd));
-                    self.rmsnorm(d.head_dim_k, q, qw, qn, t * d.heads)?;
-                    self.rmsnorm(d.head_dim_k, k, kw, kn, t * d.kv_heads)?;
+                    let fused = Op::RmsNorm { n: d.head_dim_k, eps: d.rms_eps, qk: Some([d.heads, d.kv_heads]) };
+                    if t == 1 && ly.qkv.is_some() && self.kernels.has(&fused) {
+                        let spec = self.kernels.get(&fused)?;
+                        let w = Arg::Buf(both.buf, both.offset);
+                        self.backend
+                            .call(&spec, &[("x", q), ("w", w), ("y", qn), ("rows", Arg::U32(d.heads + d.kv_heads))])?;
+                    } else {
+                        self.rmsnorm(d.head_dim_k, q, qw, qn, t * d.heads)?;
+                        self.rmsnorm(d.head_dim_k, k, kw, kn, t * d.kv_heads)?;
+                    }
                     (qn, kn)
                 }
-                _ => (q, k),
+                None => (q, k),
             };
             self.backend.call(
                 &rope_store,
@@ -779,52 +981,42 @@ impl Model {
                 ],
             )?;
             self.attention(&dense, qsa.as_ref().filter(|_| l >= qsa::DENSE_LAYERS), q, cache, t, n_blocks)?;
-            self.backend.call(
-                &merge,
-                &[
-                    ("partial", buf(self.s.partial)),
-                    ("splits", buf(self.s.splits)),
-                    ("out", buf(attn)),
-                    ("tokens", Arg::U32(t)),
-                ],
-            )?;
-            self.gemv(ly.o, buf(attn), buf(proj), t)?;
-            h_q8 = self.add_rmsnorm(x[cur], proj, ly.ffn_norm, x[1 - cur], h, t, &Self::ffn_inputs(&ly, t))?;
-            cur = 1 - cur;
-            let (gate, up) = match ly.gate_up {
-                Some(gu) if t == 1 => {
-                    self.products(buf(h), 1, &[(gu, buf(self.s.gate_up))], h_q8)?;
-                    (buf(self.s.gate_up), at(self.s.gate_up, d.ffn))
-                }
-                _ => {
-                    let (gate, up) = (buf(self.s.gate), buf(self.s.up));
-                    self.products(buf(h), t, &[(ly.gate, gate), (ly.up, up)], h_q8)?;
-                    (gate, up)
-                }
-            };
-            let act_q8 = self.fuse_q8(&Op::SiluMul { n: d.ffn, q8: true }, &[ly.down], t)?;
-            let silu = self.kernels.get(&Op::SiluMul { n: d.ffn, q8: act_q8 })?;
-            let mut args = vec![("gate", gate), ("up", up), ("y", buf(act))];
-            if act_q8 {
+            // The merge quantizes its output where the output projection reads int8.
+            let merge_q8 = self.fuse_q8(&Op::AttentionMerge { heads, head_dim, q8: true }, &[ly.o], t)?;
+            let merge = self.kernels.get(&Op::AttentionMerge { heads, head_dim, q8: merge_q8 })?;
+            let mut args = vec![("partial", buf(self.s.partial)), ("splits", buf(self.s.splits)), ("out", buf(attn))];
+            if merge_q8 {
                 args.extend([("xq", buf(self.s.xq)), ("xd", buf(self.s.xd))]);
             }
             args.push(("tokens", Arg::U32(t)));
-            self.backend.call(&silu, &args)?;
-            self.products(buf(act), t, &[(ly.down, buf(proj))], act_q8)?;
+            self.backend.call(&merge, &args)?;
+            self.products(buf(attn), t, &[(ly.o, buf(proj))], merge_q8)?;
+            h_q8 = self.add_rmsnorm(x[cur], Some(proj), ly.ffn_norm, x[1 - cur], h, t, &Self::ffn_inputs(&ly, t))?;
+            cur = 1 - cur;
+            // Where the FFN's output is: proj, or (experts) their parts and weights, which
+            // the next norm sums itself.
+            let out = match ly.ffn {
+                Ffn::Dense { gate, up, down, gate_up } => {
+                    self.dense_ffn(gate, up, down, gate_up, t, h_q8)?;
+                    Some(proj)
+                }
+                Ffn::Experts { router } => {
+                    self.expert_ffn(l as u32, router, t, h_q8)?;
+                    None
+                }
+            };
             match self.layers.get(l + 1) {
                 Some(next) => {
                     let next = *next;
-                    h_q8 = self.add_rmsnorm(
-                        x[cur],
-                        proj,
-                        next.attn_norm,
-                        x[1 - cur],
-                        h,
-                        t,
-                        &Self::attention_inputs(&next, t),
-                    )?;
+                    let inputs = Self::attention_inputs(&next, t);
+                    h_q8 = self.add_rmsnorm(x[cur], out, next.attn_norm, x[1 - cur], h, t, &inputs)?;
                 }
-                None => self.add(d.embd, buf(x[cur]), buf(proj), buf(x[1 - cur]), t, false)?,
+                None => {
+                    if out.is_none() {
+                        self.moe_sum(t)?;
+                    }
+                    self.add(d.embd, buf(x[cur]), buf(proj), buf(x[1 - cur]), t, false)?;
+                }
             }
             cur = 1 - cur;
         }

@@ -39,6 +39,29 @@ impl Uploader<'_> {
         Ok(Weight { buf, offset: 0, ty, cols, rows })
     }
 
+    /// Two 1-D tensors as f32, side by side in one buffer (qwen3's query and key norms,
+    /// which one launch applies): each one's view, then both.
+    pub fn norm_pair(&mut self, b: &mut dyn Backend, names: [&str; 2]) -> Result<[Weight; 3], RunError> {
+        let mut floats = Vec::new();
+        let mut cols = 0;
+        for name in names {
+            let t = self.pack.tensor(name).ok_or_else(|| RunError::Other(format!("tensor {name} is missing")))?;
+            cols = t.shape.first().copied().unwrap_or(1) as usize;
+            let mut f = vec![0f32; cols];
+            t.ty.dequantize(self.pack.data(t), &mut f).map_err(|e| RunError::Other(format!("tensor {name}: {e}")))?;
+            floats.extend(f);
+            self.advance(t.bytes);
+        }
+        if floats.len() != 2 * cols {
+            return Err(RunError::Other(format!("tensors {} and {} differ in length", names[0], names[1])));
+        }
+        let bytes: Vec<u8> = floats.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let buf = b.alloc(bytes.len())?;
+        b.write(buf, 0, &bytes)?;
+        let part = |offset, rows| Weight { buf, offset, ty: GgmlType::F32, cols: cols as u32, rows };
+        Ok([part(0, 1), part(cols * 4, 1), part(0, 2)])
+    }
+
     /// A tensor only some families have.
     pub fn optional(&mut self, b: &mut dyn Backend, name: &str, wanted: bool) -> Result<Option<Weight>, RunError> {
         if wanted { self.one(b, name).map(Some) } else { Ok(None) }

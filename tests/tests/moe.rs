@@ -1,0 +1,118 @@
+//! Mixture-of-experts packs (qwen3moe) on the CPU backend: the routing reference, the
+//! greedy output with every expert resident and with an expert cache holding 25% or 50%
+//! of them (either policy, with speculative verify windows, on the int8 and the float
+//! expert paths), the cache's counters, and the refusal of budgets that cannot hold one
+//! layer's experts. The device check (`scripts/device/moe-check.sh`) compares the same
+//! placements on CUDA with this reference.
+
+use std::path::{Path, PathBuf};
+
+use strata_compiler::plan::{Int8Dot, MAX_WINDOW, RouteLayout};
+use strata_compiler::quant::GgmlType;
+use strata_compiler::synth::Preset;
+use strata_runtime::backend::cpu::{moe_route, route_weights, top_experts};
+use strata_runtime::generate;
+use strata_runtime::model::{CacheSize, ExpertOptions, Policy};
+use strata_runtime::sampler::{Sampler, SamplerConfig};
+use strata_runtime::session::{self, BackendChoice, OpenOptions};
+use strata_runtime::spec::SpecConfig;
+use strata_tests::synthetic_pack;
+
+fn write_pack(dir: &Path, name: &str, weights: &[GgmlType]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, synthetic_pack(Preset::TinyQwen3Moe, 2, weights)).expect("write pack");
+    path
+}
+
+fn options(cache: CacheSize, policy: Policy, int8: Int8Dot, spec: u32) -> OpenOptions {
+    OpenOptions {
+        backend: BackendChoice::Cpu,
+        ctx: Some(96),
+        int8,
+        spec: SpecConfig { window: spec, ..SpecConfig::OFF },
+        experts: ExpertOptions { cache, policy, vram_budget_mib: None },
+        ..OpenOptions::default()
+    }
+}
+
+/// The greedy continuation of a fixed prompt, and the cache's counters over it.
+fn greedy(pack: &Path, opts: &OpenOptions) -> (Vec<u32>, strata_runtime::model::ExpertStats) {
+    let mut s = session::open(pack, opts, &mut |_| {}).expect("opens on the CPU");
+    let prompt: Vec<u32> = (0..21).map(|i| (i * 53 + 7) % 256).collect();
+    let mut sampler = Sampler::new(SamplerConfig::greedy());
+    let mut out = Vec::new();
+    generate::generate(&mut s, &prompt, 20, true, &mut sampler, &mut |_, t| {
+        out.push(t);
+        true
+    })
+    .expect("generates");
+    let stats = s.model.take_expert_stats().expect("a mixture-of-experts pack");
+    (out, stats)
+}
+
+#[test]
+fn routing_takes_the_largest_logits_and_lists_the_union() {
+    let experts = 8;
+    let layout = RouteLayout::new(experts, 2);
+    // Token 0 ties experts 3 and 5 (the lower wins), token 1 shares expert 3.
+    let logits = [
+        0.0, 1.0, 0.5, 2.0, -1.0, 2.0, 0.0, 0.0, //
+        0.0, 0.0, 0.0, 1.5, 0.0, 0.0, 3.0, 0.0,
+    ];
+    assert_eq!(top_experts(&logits[..8], 2), vec![3, 5]);
+    assert_eq!(top_experts(&logits[8..], 2), vec![14 - 8, 3]);
+    let w = route_weights(&logits[8..], &[6, 3]);
+    assert!((w[0] + w[1] - 1.0).abs() < 1e-6 && w[0] > w[1]);
+    let mut route = vec![7i32; layout.len() as usize];
+    let mut weights = vec![0f32; (MAX_WINDOW * 2) as usize];
+    moe_route(&logits, experts as usize, layout, &mut route, &mut weights);
+    assert_eq!(&route[..4], &[3, 3, 5, 6], "union size, then its experts ascending");
+    let pick = |u: u32, t: u32| route[layout.pick(u, t) as usize];
+    assert_eq!((pick(0, 0), pick(0, 1)), (0, 1), "expert 3: token 0's first choice, token 1's second");
+    assert_eq!((pick(1, 0), pick(1, 1), pick(1, 2)), (1, -1, -1));
+    assert_eq!((pick(2, 0), pick(2, 1)), (-1, 0));
+    assert_eq!(weights[0], 0.5, "a tie splits evenly");
+    assert_eq!(route[4], 7, "entries past the union stay as they were");
+}
+
+#[test]
+fn greedy_output_is_the_same_with_every_expert_resident_and_with_a_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, types, int8) in [
+        ("moe-int8.gguf", &[GgmlType::IQ2_XS, GgmlType::IQ1_M, GgmlType::Q4_K][..], Int8Dot::Auto),
+        ("moe-float.gguf", &[GgmlType::Q5_K, GgmlType::Q3_K, GgmlType::IQ4_XS][..], Int8Dot::Never),
+    ] {
+        let pack = write_pack(dir.path(), name, types);
+        let (resident, stats) = greedy(&pack, &options(CacheSize::Auto, Policy::Lfu, int8, 0));
+        assert_eq!(resident.len(), 20);
+        assert_eq!((stats.hit_rate(), stats.uploaded), (1.0, 0), "{name}: nothing streams when all are resident");
+        // 16 experts in all (2 layers of 8, 2 used a token): 4 slots take passes of 2
+        // tokens, 8 slots passes of 4.
+        for (cache, policy, spec) in [
+            (CacheSize::Percent(25.0), Policy::Lfu, 0),
+            (CacheSize::Percent(25.0), Policy::Lru, 0),
+            (CacheSize::Percent(50.0), Policy::Lfu, 4),
+        ] {
+            let (cached, stats) = greedy(&pack, &options(cache, policy, int8, spec));
+            assert_eq!(cached, resident, "{name}: {cache:?} {policy:?} --spec {spec}");
+            assert!(stats.lookups > 0 && stats.hits < stats.lookups, "{name}: {stats:?}");
+            assert!(stats.uploaded > 0 && stats.tokens >= 20, "{name}: {stats:?}");
+        }
+    }
+}
+
+#[test]
+fn a_budget_below_one_layers_experts_is_refused_with_sizes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = write_pack(dir.path(), "moe.gguf", &[GgmlType::Q4_0]);
+    // One token uses 2 experts of a layer; 1 slot cannot hold them.
+    let opts = options(CacheSize::Percent(100.0 / 16.0), Policy::Lfu, Int8Dot::Auto, 0);
+    let err = session::open(&pack, &opts, &mut |_| {}).err().expect("refused").to_string();
+    assert!(err.contains("holds 1 experts") && err.contains("need 2") && err.contains("MiB"), "{err}");
+    // A cache too small for a verify window of 4 (8 experts) refuses --spec 4.
+    let opts = options(CacheSize::Percent(25.0), Policy::Lfu, Int8Dot::Auto, 4);
+    let err = session::open(&pack, &opts, &mut |_| {}).err().expect("refused").to_string();
+    assert!(err.contains("--spec 4") && err.contains("passes of 2"), "{err}");
+    assert!("25%".parse::<CacheSize>().is_ok() && "0%".parse::<CacheSize>().is_err());
+    assert!("512".parse::<CacheSize>() == Ok(CacheSize::Mib(512)) && "lots".parse::<CacheSize>().is_err());
+}
