@@ -154,17 +154,7 @@ llama_run() {
         cat "$f.log"
         echo
     } >>"$out/$name.txt"
-    tg[$name,$label]=$(python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    try:
-        r = json.loads(line)
-    except ValueError:
-        continue
-    if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
-        print("%.1f" % r["avg_ts"])
-        break
-' "$f.jsonl" 2>/dev/null)
+    tg[$name,$label]=$(llama_tg_rates "$f.jsonl" 2>/dev/null | awk 'NR == 1 { print $2 }')
     if [ -z "${tg[$name,$label]}" ]; then
         tg[$name,$label]=$([ $rc = 124 ] && echo cut || echo fail)
         echo "   $label: exit $rc$([ $rc = 124 ] && echo ", cut at $lim s")"

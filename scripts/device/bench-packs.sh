@@ -27,6 +27,20 @@ synth_bench_pack() {
     "$sc" synth --preset "$preset" --type "$types" --seed 8 "${extra[@]}" --out "$dir/$name.gguf" >/dev/null
 }
 
+# llama_tg_rates JSONL: "depth t/s" for each decode-only test llama-bench -o jsonl finished.
+llama_tg_rates() {
+    python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
+        print(r.get("n_depth", 0), "%.1f" % r["avg_ts"])
+' "$1"
+}
+
 # synth_window_pack STRATA_COMPILE DIR NAME PRESET TYPES: the verify-window benchmark's
 # pack of NAME (WINDOW_LAYERS layers); prints its path.
 synth_window_pack() {

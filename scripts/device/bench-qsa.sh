@@ -94,16 +94,7 @@ else
         -d "$depths" -o jsonl >"$out/llama.jsonl" 2>"$out/llama.log" || rc=$?
     [ $rc != 0 ] && { note="llama-bench exit $rc (124: cut at $limit s)"; tail -3 "$out/llama.log"; }
     # One JSON line per finished test: "depth t/s".
-    while read -r d r; do llama[$d]=$r; done < <(python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    try:
-        r = json.loads(line)
-    except ValueError:
-        continue
-    if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
-        print(r.get("n_depth", 0), "%.1f" % r["avg_ts"])
-' "$out/llama.jsonl")
+    while read -r d r; do llama[$d]=$r; done < <(llama_tg_rates "$out/llama.jsonl")
     for d in "${!llama[@]}"; do echo "llama.cpp tg$n @ d$d ${llama[$d]} t/s"; done
 fi
 echo "   ($((SECONDS - t0)) s)"

@@ -45,7 +45,7 @@ fn every_kernel_compiles_for_every_target_without_spills() {
                 assert_eq!(waits, k.spec.launch.grid_dependency, "{} {}", target.name, k.spec.name);
                 assert_eq!(waits, target.features.grid_dependency, "{} {}", target.name, k.spec.name);
                 assert!(out.join(&k.source).exists(), "{}", k.source);
-                if let Op::Gemv { quant, .. } = k.spec.op {
+                if let Op::Gemv { quant, .. } | Op::ExpertGemv { quant, .. } = k.spec.op {
                     types.insert(quant);
                 }
                 match (&target.vendor, &k.resources) {

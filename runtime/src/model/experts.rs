@@ -384,8 +384,8 @@ impl Experts {
         self.cache.is_some()
     }
 
-    /// For a cached placement, after layer `layer`'s routing of `tokens` tokens is queued in
-    /// `route`: reads the window's experts, uploads the missing ones into free slots,
+    /// For a cached placement, after layer `layer`'s routing is queued in `route`: reads
+    /// the window's experts, uploads the missing ones into free slots,
     /// points the layer's `slot_of` row at them, makes the kernels wait for the uploads,
     /// and prefetches the next layer's guess. Nothing for a resident placement.
     pub fn prepare_layer(&mut self, b: &mut dyn Backend, layer: u32, route: BufferId) -> Result<(), RunError> {

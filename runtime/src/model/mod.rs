@@ -1,5 +1,6 @@
-//! One dense transformer (llama, qwen2, qwen3) on a backend: weights uploaded once, an
-//! f16 KV cache, and a forward pass over windows of tokens built from plan records.
+//! One transformer (llama, qwen2, qwen3 dense; qwen3moe with its experts in
+//! [`experts`]) on a backend: weights uploaded once, an f16 KV cache, and a forward pass
+//! over windows of tokens built from plan records.
 //!
 //! Every step is a sequence of kernel calls on the backend; the host only writes token
 //! ids and the position, and reads what it asked for (logits or the argmax tokens). A
@@ -807,9 +808,10 @@ impl Model {
         self.products(act, t, &[(down, proj)], act_q8)
     }
 
-    /// Layer `layer`'s mixture of experts over `h` (quantized already where `h_q8`) into
-    /// `proj`: router, routing (and, for a cached placement, the uploads it calls for),
-    /// the chosen experts' gate·up, SiLU·mul, down, and their weighted sum.
+    /// Layer `layer`'s mixture of experts over `h` (quantized already where `h_q8`): router,
+    /// routing (and, for a cached placement, the uploads it calls for), the chosen
+    /// experts' gate·up, SiLU·mul and down, leaving each choice's output and weight in
+    /// scratch for the next norm (or [`Model::moe_sum`]) to sum.
     fn expert_ffn(&mut self, layer: u32, router: Weight, t: u32, h_q8: bool) -> Result<(), RunError> {
         let Some(shape) = self.desc.experts else { return Ok(()) };
         let (embd, s) = (self.desc.embd, &self.s);
