@@ -1,8 +1,8 @@
 //! Mixture-of-experts packs (qwen3moe) on the CPU backend: the routing reference, the
 //! greedy output with every expert resident and with an expert cache holding 25% or 50%
-//! of them (either policy, with speculative verify windows, on the int8 and the float
-//! expert paths), the cache's counters, and the refusal of budgets that cannot hold one
-//! layer's experts. The device check (`scripts/device/moe-check.sh`) compares the same
+//! of them (either policy, with speculative verify windows, with QSA, on the int8 and the
+//! float expert paths), the cache's counters, and the refusal of budgets that cannot hold
+//! one layer's experts. The device check (`scripts/device/moe-check.sh`) compares the same
 //! placements on CUDA with this reference.
 
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::Preset;
 use strata_runtime::backend::cpu::{moe_route, route_weights, top_experts};
 use strata_runtime::generate;
-use strata_runtime::model::{CacheSize, ExpertOptions, Policy};
+use strata_runtime::model::{CacheSize, ExpertOptions, Policy, QsaConfig};
 use strata_runtime::sampler::{Sampler, SamplerConfig};
 use strata_runtime::session::{self, BackendChoice, OpenOptions};
 use strata_runtime::spec::SpecConfig;
@@ -99,6 +99,24 @@ fn greedy_output_is_the_same_with_every_expert_resident_and_with_a_cache() {
             assert!(stats.uploaded > 0 && stats.tokens >= 20, "{name}: {stats:?}");
         }
     }
+}
+
+/// QSA's sparse decode passes (past the first two layers, so a three-layer pack) route
+/// and stream experts as the dense ones do.
+#[test]
+fn sparse_attention_and_the_expert_cache_work_together() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("moe3.gguf");
+    std::fs::write(&path, synthetic_pack(Preset::TinyQwen3Moe, 3, &[GgmlType::Q4_0, GgmlType::IQ2_XS]))
+        .expect("write pack");
+    let with_qsa = |cache| OpenOptions {
+        qsa: QsaConfig { enabled: true, budget: 32, block: None },
+        ..options(cache, Policy::Lfu, Int8Dot::Auto, 0)
+    };
+    let (resident, _) = greedy(&path, &with_qsa(CacheSize::Auto));
+    let (cached, stats) = greedy(&path, &with_qsa(CacheSize::Percent(25.0)));
+    assert_eq!(cached, resident);
+    assert!(stats.lookups > stats.hits, "{stats:?}");
 }
 
 #[test]

@@ -27,6 +27,11 @@ pub fn driver_present() -> bool {
 
 /// A CUDA device with its loaded kernels.
 pub struct Cuda {
+    /// Page-locked host memory (first: fields drop in order, and it is freed while the
+    /// context is alive).
+    host: Vec<PinnedHost>,
+    /// Per `await_uploads`: (the kernels reached it, the uploads before it landed).
+    waits: Vec<(CudaEvent, CudaEvent)>,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     buffers: Vec<CudaSlice<u8>>,
@@ -44,10 +49,6 @@ pub struct Cuda {
     hung: bool,
     /// The queue of uploads from host memory, beside `stream`.
     copy: Option<Arc<CudaStream>>,
-    /// Page-locked host memory: (pointer, bytes).
-    host: Vec<PinnedHost>,
-    /// Per `await_uploads`: (the kernels reached it, the uploads before it landed).
-    waits: Vec<(CudaEvent, CudaEvent)>,
 }
 
 /// Page-locked host memory from `cuMemHostAlloc`, freed on drop.
