@@ -173,7 +173,9 @@ pub struct Model {
 impl Model {
     /// Uploads the pack's weights to `backend` and allocates `slots` KV caches (one per
     /// concurrent sequence) of `n_ctx` positions and scratch for windows of up to
-    /// `window` tokens. `progress` sees bytes uploaded and the total.
+    /// `window` tokens (fewer where an expert cache holds only narrower passes' experts);
+    /// `expert_options` place a mixture-of-experts pack's experts. `progress` sees bytes
+    /// uploaded and the total.
     #[allow(clippy::too_many_arguments)]
     pub fn load(
         pack: &Pack,
