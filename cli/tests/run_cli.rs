@@ -93,6 +93,19 @@ fn bad_input_gets_one_clear_line() {
     assert!(o.status.success(), "a full context ends generation: {}", text(&o.stderr));
 }
 
+/// A start that goes quiet for longer than --startup-timeout ends with the stage it was
+/// in (reading SmolLM2's tokenizer alone takes longer than the millisecond allowed here).
+#[test]
+fn a_stalled_start_names_its_stage() {
+    let Some(model) = strata_tests::smollm2() else { return };
+    let model = model.to_str().expect("utf-8");
+    let o = run(&["generate", "--pack", model, "--backend", "cpu", "--prompt", "x", "--startup-timeout", "0.001"]);
+    let e = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{e}");
+    assert!(e.contains("strata-run: start-up stalled: no progress in stage \""), "{e}");
+    assert!(e.contains("(limit: --startup-timeout 0.001)"), "{e}");
+}
+
 #[test]
 fn score_prints_the_top_logits_of_every_position_as_json() {
     let Some(model) = strata_tests::smollm2() else { return };

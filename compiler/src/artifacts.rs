@@ -12,6 +12,7 @@
 //! Building is skipped when the directory already holds a build of the same module
 //! source with the same toolchain (a content hash).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -242,6 +243,10 @@ pub fn compile(
         None => {
             progress(Stage::Build(plan.kernels.len(), tools.clang_version.clone()));
             let built = build::build(&module, device, tools, out)?;
+            let disagree = launch_disagreements(&plan.kernels, req.target.device.wave_size, &built.geometry);
+            if !disagree.is_empty() {
+                return Err(CompileError::Check { target: device.name.clone(), errors: disagree });
+            }
             (built.file_name, hex(&Sha256::digest(&built.binary)), built.resources, built.command)
         }
     };
@@ -268,7 +273,7 @@ pub fn compile(
         return Err(CompileError::Check { target: device.name.clone(), errors: over });
     }
     if !req.allow_spills {
-        for k in plan.kernels.iter().filter(|k| matches!(k.op, Op::Gemv { .. })) {
+        for k in plan.kernels.iter().filter(|k| matches!(k.op, Op::Gemv { .. } | Op::ExpertGemv { .. })) {
             if let Some(spilled) = resources.get(&k.name).and_then(Resources::spills).filter(|s| *s > 0) {
                 return Err(BuildError::Spills {
                     kernel: k.name.clone(),
@@ -320,6 +325,30 @@ pub fn compile(
         .map_err(|e| CompileError::Io { path: out.join(MANIFEST), message: e.to_string() })?;
     std::fs::write(out.join(MANIFEST), text).map_err(io_error(&out.join(MANIFEST)))?;
     Ok(manifest)
+}
+
+/// Kernels whose compiled code assumes another wave size or block size than the launch
+/// record the host launches them by (both come from one `KernelSpec`; this proves the
+/// compiler kept them). `wave_size` is the plan's: the target's, also when its kernels
+/// run on another device.
+pub fn launch_disagreements(
+    kernels: &[KernelSpec],
+    wave_size: u32,
+    geometry: &BTreeMap<String, build::Geometry>,
+) -> Vec<CheckError> {
+    kernels
+        .iter()
+        .filter_map(|k| {
+            let built = geometry.get(&k.name).copied().unwrap_or(build::Geometry { wave_size: 0, max_threads: 0 });
+            let wanted = build::Geometry { wave_size, max_threads: k.launch.threads };
+            (built != wanted).then(|| CheckError {
+                kernel: k.name.clone(),
+                what: "compiled launch geometry (wave size, threads per block)".into(),
+                value: format!("{}, {}", built.wave_size, built.max_threads),
+                limit: format!("the launch record says {wave_size}, {}", k.launch.threads),
+            })
+        })
+        .collect()
 }
 
 /// Reads `dir/manifest.toml`.

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 use strata_compiler::artifacts::{self, Manifest, Request, Stage};
 use strata_compiler::build::Toolchain;
-use strata_compiler::emit::Dialect;
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::Options;
 use strata_compiler::target::Target;
@@ -62,12 +61,7 @@ pub fn open(dir: &Path, pack: &Pack, device: &DeviceInfo) -> Result<Artifacts, R
         )));
     }
     let t = &manifest.target;
-    let dialect_ok = match device.backend {
-        "cuda" => t.dialect == Dialect::Cuda,
-        "hip" => t.dialect == Dialect::Hip,
-        _ => false,
-    };
-    if !dialect_ok || (t.built_for != device.arch && t.name != device.arch) {
+    if device.dialect != Some(t.dialect) || (t.built_for != device.arch && t.name != device.arch) {
         let built = if t.built_for == t.name { String::new() } else { format!(" (built for {})", t.built_for) };
         return Err(RunError::Other(format!(
             "{}: artifacts are for {}{built}; this device is {} ({})",

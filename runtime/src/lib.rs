@@ -12,3 +12,4 @@ pub mod selftest;
 pub mod session;
 pub mod spec;
 pub mod tokenizer;
+pub mod watchdog;

@@ -15,8 +15,8 @@ use strata_compiler::target::Target;
 use crate::artifacts::{self, Artifacts};
 use crate::backend::cpu::Cpu;
 use crate::backend::cuda::{self, Cuda};
-use crate::backend::hip::Hip;
-use crate::backend::{Backend, DeviceInfo, RunError};
+use crate::backend::hip::{self, Hip};
+use crate::backend::{Backend, DeviceEntry, DeviceInfo, RunError};
 use crate::kernels::Kernels;
 use crate::model::{ExpertOptions, Model, Placement, QsaConfig};
 use crate::selftest::{self, Outcome};
@@ -51,6 +51,8 @@ pub enum SelfTest {
 pub struct OpenOptions {
     /// Backend.
     pub backend: BackendChoice,
+    /// The GPU to run on, by its index on the backend (default: the first supported).
+    pub device: Option<usize>,
     /// Compiled artifacts; compiled for the device into the cache when absent.
     pub artifacts: Option<PathBuf>,
     /// Context length; the pack's training context when absent.
@@ -62,6 +64,9 @@ pub struct OpenOptions {
     pub selftest: SelfTest,
     /// How long one kernel may run before it counts as a hang.
     pub deadline: Duration,
+    /// How long a start may go without progress before the start-up watchdog (run by the
+    /// caller, see `watchdog`) ends it, naming the stage.
+    pub startup_timeout: Duration,
     /// Sequences held at once (KV caches), for serving several clients.
     pub slots: usize,
     /// Int8-dot GEMVs, for kernels planned here: on the CPU, and when compiling into the
@@ -83,11 +88,13 @@ impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
             backend: BackendChoice::Auto,
+            device: None,
             artifacts: None,
             ctx: None,
             prefill: 64,
             selftest: SelfTest::Auto,
             deadline: Duration::from_secs(10),
+            startup_timeout: Duration::from_secs(300),
             slots: 1,
             int8: Int8Dot::Auto,
             spec: SpecConfig::OFF,
@@ -99,8 +106,13 @@ impl Default for OpenOptions {
     }
 }
 
-/// What opening reports as it goes.
+/// What opening reports as it goes. Every event is progress, for a start-up watchdog.
 pub enum Event<'a> {
+    /// A stage of the start begins: `pack` (pack and tokenizer), `device`, `artifacts`,
+    /// `self-test`, `upload`, `warm-up`.
+    Stage(&'static str),
+    /// A device that is present but that strata has no target for, passed over.
+    Unsupported(&'a DeviceEntry),
     /// The device chosen.
     Device(&'a DeviceInfo),
     /// A compilation stage (compiling into the cache).
@@ -133,24 +145,75 @@ pub struct Session {
     pub draft: Option<DraftModel>,
 }
 
-/// Opens the first backend `choice` allows.
-pub fn open_backend(choice: BackendChoice) -> Result<Box<dyn Backend>, RunError> {
+/// Opens the first backend `choice` allows, on device `device` of it or else its first
+/// supported device; present devices without a target are reported and passed over.
+pub fn open_backend(
+    choice: BackendChoice,
+    device: Option<usize>,
+    report: &mut dyn FnMut(Event<'_>),
+) -> Result<Box<dyn Backend>, RunError> {
+    let cuda = |report: &mut dyn FnMut(Event<'_>)| -> Result<Box<dyn Backend>, RunError> {
+        Ok(Box::new(Cuda::new(pick("CUDA", &cuda::devices()?, device, report)?)?))
+    };
+    let hip = |report: &mut dyn FnMut(Event<'_>)| -> Result<Box<dyn Backend>, RunError> {
+        Ok(Box::new(Hip::new(pick("HIP", &hip::devices()?, device, report)?)?))
+    };
     match choice {
         BackendChoice::Cpu => Ok(Box::new(Cpu::new())),
-        BackendChoice::Cuda => Ok(Box::new(Cuda::new(0)?)),
-        BackendChoice::Hip => Ok(Box::new(Hip::new(0)?)),
+        BackendChoice::Cuda => cuda(report),
+        BackendChoice::Hip => hip(report),
         BackendChoice::Auto => {
             if cuda::driver_present()
-                && let Ok(c) = Cuda::new(0)
+                && let Ok(c) = cuda(report)
             {
-                return Ok(Box::new(c));
+                return Ok(c);
             }
-            if let Ok(h) = Hip::new(0) {
-                return Ok(Box::new(h));
+            if let Ok(h) = hip(report) {
+                return Ok(h);
             }
             Ok(Box::new(Cpu::new()))
         }
     }
+}
+
+/// The ordinal to open among `found`: `wanted` if present and supported, else the first
+/// supported one. Passed-over unsupported devices are reported.
+pub fn pick(
+    backend: &str,
+    found: &[DeviceEntry],
+    wanted: Option<usize>,
+    report: &mut dyn FnMut(Event<'_>),
+) -> Result<usize, RunError> {
+    let describe = |d: &DeviceEntry| format!("device {} ({}, {})", d.ordinal, d.name, d.arch);
+    let list = || found.iter().map(describe).collect::<Vec<_>>().join("; ");
+    if let Some(n) = wanted {
+        let d = found.get(n).ok_or_else(|| {
+            RunError::NoDevice(format!(
+                "{backend} backend: --device {n} asked for, {} present: {}",
+                found.len(),
+                list()
+            ))
+        })?;
+        if !d.supported() {
+            return Err(RunError::NoDevice(format!(
+                "{backend} backend: {} is not supported: strata has no target for {} (strata-compile targets lists them)",
+                describe(d),
+                d.arch
+            )));
+        }
+        return Ok(n);
+    }
+    for d in found {
+        if d.supported() {
+            return Ok(d.ordinal);
+        }
+        report(Event::Unsupported(d));
+    }
+    Err(RunError::NoDevice(if found.is_empty() {
+        format!("{backend} backend: no device present")
+    } else {
+        format!("{backend} backend: no supported device: {} (strata-compile targets lists the supported ones)", list())
+    }))
 }
 
 /// Loads and self-tests the artifacts for a GPU backend.
@@ -161,6 +224,7 @@ pub fn prepare_device(
     report: &mut dyn FnMut(Event<'_>),
 ) -> Result<Artifacts, RunError> {
     let device = backend.info();
+    report(Event::Stage("artifacts"));
     let art = match &opts.artifacts {
         Some(dir) => artifacts::open(dir, pack, &device)?,
         None => {
@@ -180,6 +244,7 @@ pub fn prepare_device(
     if opts.selftest == SelfTest::Auto && record.exists() {
         report(Event::SelfTestCached);
     } else {
+        report(Event::Stage("self-test"));
         let outcomes = selftest::run(backend, &specs, opts.deadline, &mut |o| report(Event::SelfTest(o)))?;
         if let Some(bad) = outcomes.iter().find(|o| !o.passed()) {
             return Err(RunError::Other(format!("self-test failed, refusing to serve: {}", bad.failure())));
@@ -194,6 +259,7 @@ pub fn prepare_device(
 
 /// Opens `pack` for running as `opts` say.
 pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'_>)) -> Result<Session, RunError> {
+    report(Event::Stage("pack"));
     let pack = Pack::open(pack_path).map_err(|e| RunError::Other(e.to_string()))?;
     let desc = ModelDesc::from_pack(&pack).map_err(|e| RunError::Other(e.to_string()))?;
     let tokenizer =
@@ -201,7 +267,8 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
     if opts.draft_pack.is_some() && !opts.spec.enabled() {
         return Err(RunError::Other("a draft pack drafts for speculative decoding: add --spec T (2 to 16)".into()));
     }
-    let mut backend = open_backend(opts.backend)?;
+    report(Event::Stage("device"));
+    let mut backend = open_backend(opts.backend, opts.device, report)?;
     let device = backend.info();
     report(Event::Device(&device));
     let n_ctx = opts.ctx.unwrap_or(desc.context).max(1);
@@ -225,6 +292,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
         let kernels = Kernels::compiled(art.manifest.kernels.iter().map(|k| k.spec.clone()));
         (kernels, wanted.min(compiled), Some(art))
     };
+    report(Event::Stage("upload"));
     let mut model = Model::load(&pack, backend, kernels, n_ctx, window, opts.slots, &opts.experts, &mut |d, t| {
         report(Event::Upload(d, t))
     })?;
@@ -240,6 +308,9 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
         }
     }
     model.set_qsa(opts.qsa)?;
+    report(Event::Stage("warm-up"));
+    warm_up(&mut model, tokenizer.bos().unwrap_or(0), opts.spec.window)
+        .map_err(|e| RunError::Other(format!("warm-up token failed, refusing to serve: {e}")))?;
     let draft = match &opts.draft_pack {
         Some(path) => {
             let draft_opts = OpenOptions {
@@ -257,4 +328,59 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
         None => None,
     };
     Ok(Session { model, tokenizer: Arc::new(tokenizer), device, artifacts: art, spec: opts.spec, draft })
+}
+
+/// One token through every path a request takes first, so that a start ends ready or
+/// with the failure: the decode step (captured as a graph on a GPU) and, with
+/// speculation, the verify window; then the sequence is emptied again.
+fn warm_up(model: &mut Model, token: u32, spec_window: u32) -> Result<(), RunError> {
+    let next = model.decode_greedy(token)?;
+    if spec_window > 1 {
+        model.verify_greedy(&vec![next; spec_window as usize])?;
+    }
+    model.reset();
+    model.take_expert_stats();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found() -> Vec<DeviceEntry> {
+        let entry = |ordinal, name: &str, arch: &str| DeviceEntry { ordinal, name: name.into(), arch: arch.into() };
+        vec![entry(0, "AMD Radeon Graphics", "gfx1036"), entry(1, "Radeon RX 7900 XTX", "gfx1100")]
+    }
+
+    #[test]
+    fn an_unsupported_device_is_named_and_passed_over() {
+        let mut skipped = Vec::new();
+        let mut report = |e: Event<'_>| {
+            if let Event::Unsupported(d) = e {
+                skipped.push(d.arch.clone());
+            }
+        };
+        assert_eq!(pick("HIP", &found(), None, &mut report).expect("one is supported"), 1);
+        assert_eq!(skipped, ["gfx1036"]);
+        assert_eq!(pick("HIP", &found(), Some(1), &mut |_| {}).expect("supported"), 1);
+    }
+
+    #[test]
+    fn asking_for_an_unsupported_or_absent_device_is_refused_with_the_list() {
+        let e = pick("HIP", &found(), Some(0), &mut |_| {}).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "HIP backend: device 0 (AMD Radeon Graphics, gfx1036) is not supported: strata has no target for gfx1036 (strata-compile targets lists them)"
+        );
+        let e = pick("HIP", &found(), Some(2), &mut |_| {}).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "HIP backend: --device 2 asked for, 2 present: device 0 (AMD Radeon Graphics, gfx1036); device 1"
+            ),
+            "{e}"
+        );
+        let e = pick("HIP", &found()[..1], None, &mut |_| {}).unwrap_err().to_string();
+        assert!(e.starts_with("HIP backend: no supported device: device 0 (AMD Radeon Graphics, gfx1036)"), "{e}");
+        assert_eq!(pick("CUDA", &[], None, &mut |_| {}).unwrap_err().to_string(), "CUDA backend: no device present");
+    }
 }

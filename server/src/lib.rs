@@ -15,8 +15,9 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use strata_runtime::session::{self, OpenOptions};
+use strata_runtime::session::{self, Event, OpenOptions};
 use strata_runtime::tokenizer::Tokenizer;
+use strata_runtime::watchdog::Watchdog;
 
 use crate::engine::Job;
 use crate::metrics::Metrics;
@@ -91,14 +92,32 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
         next_id: AtomicU64::new(1),
     });
 
+    // The first failure of the start ends `serve`: the loader's error, or the watchdog's
+    // stall (the stalled loader thread is left behind).
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
+    let failed = Arc::new(Mutex::new(Some(failed_tx)));
+    let fail = move |message: String| {
+        if let Some(tx) = failed.lock().ok().and_then(|mut f| f.take()) {
+            let _ = tx.send(message);
+        }
+    };
+    let stalled = fail.clone();
+    let dog = Watchdog::start(config.open.startup_timeout, move |stall| stalled(stall.to_string()));
     let loader_state = Arc::clone(&state);
     std::thread::Builder::new().name("strata-engine".into()).spawn(move || {
         if let Ok(ms) = std::env::var("STRATA_TEST_LOAD_DELAY_MS") {
             // Test hook: keeps the server in its loading state for a while.
             std::thread::sleep(std::time::Duration::from_millis(ms.parse().unwrap_or(0)));
         }
-        match session::open(&config.pack, &config.open, &mut |_| {}) {
+        let mut stage = "pack";
+        let opened = session::open(&config.pack, &config.open, &mut |event| {
+            if let Event::Stage(s) = event {
+                stage = s;
+            }
+            dog.progress(stage);
+        });
+        dog.finish();
+        match opened {
             Ok(session) => {
                 let tokenizer = Arc::clone(&session.tokenizer);
                 let (jobs, queue) = std::sync::mpsc::channel();
@@ -107,9 +126,7 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
                 say(&format!("ready: {url}/v1"));
                 engine::run(session, queue, Arc::clone(&loader_state.metrics));
             }
-            Err(e) => {
-                let _ = failed_tx.send(e.to_string());
-            }
+            Err(e) => fail(e.to_string()),
         }
     })?;
 

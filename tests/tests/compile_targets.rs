@@ -69,6 +69,19 @@ fn every_kernel_compiles_for_every_target_without_spills() {
     assert_eq!(types.len(), strata_compiler::quant::SUPPORTED.len(), "GEMVs of every type: {types:?}");
 }
 
+/// gfx1100's shipped facts with `edits` (text replacements) applied, as a target file in `dir`.
+fn gfx1100_with(dir: &Path, edits: &[(&str, &str)]) -> Target {
+    let mut text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../targets/gfx1100.toml"))
+        .expect("shipped");
+    for (from, to) in edits {
+        assert!(text.contains(from), "{from}");
+        text = text.replace(from, to);
+    }
+    let path = dir.join("gfx1100-edited.toml");
+    std::fs::write(&path, text).expect("written");
+    Target::load(path.to_str().expect("utf-8")).expect("valid")
+}
+
 /// The PTX of one kernel: from its `.entry` to the next one.
 fn ptx_entry<'a>(ptx: &'a str, name: &str) -> &'a str {
     let start = ptx.find(&format!(".entry {name}(")).unwrap_or_else(|| panic!("{name} in the PTX"));
@@ -76,25 +89,73 @@ fn ptx_entry<'a>(ptx: &'a str, name: &str) -> &'a str {
     &rest[..rest.find(".entry ").unwrap_or(rest.len())]
 }
 
+/// Issue 10's bar: every kernel of every test pack (every quant type, dense and MoE, the
+/// real SmolLM2), with verify windows up to 16 and QSA, compiles for the four AMD
+/// targets, plain and `--checked`, without a byte of spills or scratch, and its code object
+/// was compiled for the wave size and block size its launch record says (`compile`
+/// refuses otherwise).
 #[test]
-fn windows_up_to_16_fit_gfx1100_and_sm_90() {
+fn test_packs_compile_for_amd_with_windows_to_16_also_checked() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut paths = every_type_packs(dir.path());
+    paths.extend(strata_tests::smollm2());
+    let packs: Vec<Pack> = paths.iter().map(|p| Pack::open(p).expect("opens")).collect();
+    for target in target::known().into_iter().filter(|t| t.vendor == Vendor::Amd) {
+        for (i, pack) in packs.iter().enumerate() {
+            for checked in [false, true] {
+                let out = dir.path().join(format!("{}-{i}-{checked}", target.name));
+                let options = Options { spec: 16, checked, ..Options::default() };
+                let m = compile(pack, &target, options, &out, &tools)
+                    .unwrap_or_else(|e| panic!("{} {}: {e}", target.name, paths[i].display()));
+                let windows: std::collections::BTreeSet<u32> = m
+                    .kernels
+                    .iter()
+                    .filter_map(|k| if let Op::Gemv { window, .. } = k.spec.op { Some(window) } else { None })
+                    .collect();
+                assert_eq!(windows, (1..=16).collect(), "{}", target.name);
+                assert!(m.kernels.iter().any(|k| matches!(k.spec.op, Op::QsaScore { .. })));
+                for k in &m.kernels {
+                    let r = &k.resources;
+                    let fits = matches!(r, Resources::CodeObject { occupancy, .. } if *occupancy > 0);
+                    assert!(fits && r.spills() == Some(0), "{} {}: {r:?}", target.name, k.spec.name);
+                    let takes_errors = k.spec.buffers.last().is_some_and(|b| b.name == "strata_err");
+                    assert_eq!(takes_errors, checked, "{} {}", target.name, k.spec.name);
+                }
+            }
+        }
+    }
+}
+
+/// A host that believes in another wave size than the device code was compiled for (a
+/// known cause of launch failures on wave32 RDNA) is caught at compile time: gfx1100's
+/// facts with a 64-lane wave plan 64-lane kernels, clang compiles gfx1100 code for 32.
+#[test]
+fn a_wave_size_the_code_was_not_compiled_for_is_refused() {
     let Some(tools) = toolchain() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let pack = Pack::open(&every_type_packs(dir.path())[0]).expect("opens");
-    for name in ["gfx1100", "sm_90"] {
-        let target = Target::load(name).expect("known");
-        let out = dir.path().join(name);
-        let m = compile(&pack, &target, Options { spec: 16, ..Options::default() }, &out, &tools).expect("compiles");
-        let windows: std::collections::BTreeSet<u32> = m
-            .kernels
-            .iter()
-            .filter_map(|k| if let Op::Gemv { window, .. } = k.spec.op { Some(window) } else { None })
-            .collect();
-        assert_eq!(windows, (1..=16).collect());
-        for k in &m.kernels {
-            assert_eq!(k.resources.spills().filter(|s| *s > 0), None, "{name} {}: {:?}", k.spec.name, k.resources);
-        }
-    }
+    let target = gfx1100_with(dir.path(), &[("wave_size = 32", "wave_size = 64")]);
+    let e = compile(&pack, &target, Options::default(), &dir.path().join("out"), &tools).unwrap_err().to_string();
+    assert!(e.contains("compiled launch geometry (wave size, threads per block) is 32, "), "{e}");
+    assert!(e.contains("but the launch record says 64, "), "{e}");
+}
+
+/// Windows up to 16 on NVIDIA (AMD: above).
+#[test]
+fn windows_up_to_16_fit_sm_90() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = Pack::open(&every_type_packs(dir.path())[0]).expect("opens");
+    let target = Target::load("sm_90").expect("known");
+    let m = compile(&pack, &target, Options { spec: 16, ..Options::default() }, &dir.path().join("o"), &tools)
+        .expect("compiles");
+    let windows: std::collections::BTreeSet<u32> = m
+        .kernels
+        .iter()
+        .filter_map(|k| if let Op::Gemv { window, .. } = k.spec.op { Some(window) } else { None })
+        .collect();
+    assert_eq!(windows, (1..=16).collect());
 }
 
 #[test]
@@ -131,7 +192,7 @@ fn checked_builds_take_the_error_buffer() {
     let Some(tools) = toolchain() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let pack = Pack::open(&every_type_packs(dir.path())[1]).expect("opens");
-    for name in ["gfx1100", "gfx90a", "sm_90"] {
+    for name in ["gfx1100", "sm_90"] {
         let target = Target::load(name).expect("known");
         let out = dir.path().join(name);
         let m = compile(&pack, &target, Options { spec: 2, checked: true, ..Options::default() }, &out, &tools)
@@ -139,9 +200,10 @@ fn checked_builds_take_the_error_buffer() {
         assert!(m.kernels.iter().all(|k| k.spec.buffers.last().is_some_and(|b| b.name == "strata_err")));
         let source = std::fs::read_to_string(out.join(&m.module.source)).expect("written");
         assert!(source.contains("#define STRATA_CHECKED 1"));
-        for k in &m.kernels {
-            assert_eq!(k.resources.spills().filter(|s| *s > 0), None, "{name} {}", k.spec.name);
-        }
+        // Device code is always optimized: HIP's own default is -O0, which ROCm 7 is
+        // known to miscompile.
+        assert!(m.module.command.iter().any(|a| a == "-O3"), "{:?}", m.module.command);
+        assert!(!m.module.command.iter().any(|a| a == "-O0"), "{:?}", m.module.command);
     }
 }
 
@@ -176,14 +238,13 @@ fn limits_are_compile_errors_that_name_kernel_limit_and_value() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pack = Pack::open(&every_type_packs(dir.path())[0]).expect("opens");
     // A custom target: gfx1100 with 8 KiB of LDS per work-group.
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../targets/gfx1100.toml"))
-        .expect("shipped");
-    let small = text
-        .replace("shared_bytes_per_block = 65536", "shared_bytes_per_block = 8192")
-        .replace("shared_bytes_opt_in = 65536", "shared_bytes_opt_in = 8192");
-    let path = dir.path().join("small-lds.toml");
-    std::fs::write(&path, small).expect("written");
-    let target = Target::load(path.to_str().expect("utf-8")).expect("valid");
+    let target = gfx1100_with(
+        dir.path(),
+        &[
+            ("shared_bytes_per_block = 65536", "shared_bytes_per_block = 8192"),
+            ("shared_bytes_opt_in = 65536", "shared_bytes_opt_in = 8192"),
+        ],
+    );
     let out = dir.path().join("ok");
     compile(&pack, &target, Options { spec: 4, ..Options::default() }, &out, &tools).expect("spec 4 fits 8 KiB");
     let e = compile(&pack, &target, Options { spec: 16, ..Options::default() }, &dir.path().join("no"), &tools)

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use strata_compiler::artifacts::{Request, compile};
+use strata_compiler::emit::Dialect;
 use strata_compiler::model::ModelDesc;
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::{self, Int8Dot, Options};
@@ -131,6 +132,7 @@ fn artifacts_for_another_pack_or_target_are_refused() {
         arch: "sm_90".into(),
         driver: "CUDA driver 13.0".into(),
         memory: 80 << 30,
+        dialect: Some(Dialect::Cuda),
     };
     let build = |target: &str, run_on: Option<&str>| {
         let out = dir.path().join(format!("{target}-{}", run_on.unwrap_or("native")));
@@ -159,7 +161,13 @@ fn artifacts_for_another_pack_or_target_are_refused() {
     // gfx1100's kernels rendered in CUDA for sm_90 do run here (cross-vendor execution).
     let cross = build("gfx1100", Some("sm_90"));
     assert!(artifacts::open(&cross, &llama, &h100).is_ok());
-    let rx7900 = DeviceInfo { backend: "hip", name: "Radeon RX 7900 XTX".into(), arch: "gfx1100".into(), ..h100 };
+    let rx7900 = DeviceInfo {
+        backend: "hip",
+        name: "Radeon RX 7900 XTX".into(),
+        arch: "gfx1100".into(),
+        dialect: Some(Dialect::Hip),
+        ..h100
+    };
     let e = artifacts::open(&cross, &llama, &rx7900).expect_err("CUDA module on HIP").to_string();
     assert!(e.contains("artifacts are for gfx1100 (built for sm_90); this device is gfx1100"), "{e}");
     assert!(artifacts::open(&gfx, &llama, &rx7900).is_ok());

@@ -19,6 +19,7 @@ use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher};
 use strata_runtime::session::{self, BackendChoice, Event, OpenOptions, SelfTest, Session};
 use strata_runtime::spec::SpecConfig;
 use strata_runtime::tokenizer::StreamDecoder;
+use strata_runtime::watchdog::Watchdog;
 
 #[derive(Parser)]
 #[command(version, about = "Runs a GGUF pack with kernels compiled for this device")]
@@ -167,6 +168,10 @@ struct OpenArgs {
     /// Backend.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
+    /// The GPU to run on, by its index on the backend (default: the first supported one;
+    /// devices strata has no target for, such as an integrated GPU, are named and skipped).
+    #[arg(long, value_name = "N")]
+    device: Option<usize>,
     /// Context length (default: the pack's).
     #[arg(long)]
     ctx: Option<u32>,
@@ -176,6 +181,10 @@ struct OpenArgs {
     /// Seconds a kernel may run before it is reported as a hang.
     #[arg(long, default_value_t = 10.0)]
     deadline: f64,
+    /// Seconds the start (device, artifacts, self-test, upload, warm-up) may go without
+    /// progress before it is ended with an error naming the stage.
+    #[arg(long, default_value_t = 300.0, value_name = "S")]
+    startup_timeout: f64,
     /// Int8-dot GEMVs where kernels are planned here (CPU) or compiled into the cache:
     /// auto, always or never (see strata-compile --int8).
     #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<Int8Dot>())]
@@ -269,11 +278,13 @@ fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOption
             BackendArg::Cuda => BackendChoice::Cuda,
             BackendArg::Hip => BackendChoice::Hip,
         },
+        device: args.device,
         artifacts: args.artifacts.clone(),
         ctx: args.ctx,
         prefill: args.prefill,
         selftest,
         deadline: Duration::from_secs_f64(args.deadline.max(0.001)),
+        startup_timeout: Duration::from_secs_f64(args.startup_timeout.max(0.001)),
         slots,
         int8: args.int8,
         spec: SpecConfig { window: args.spec, ngram: args.spec_ngram as usize, draft_max: args.spec_draft_max },
@@ -292,13 +303,41 @@ fn open(args: &OpenArgs, selftest: SelfTest, verbose_selftest: bool, slots: usiz
     let opts = open_options(args, selftest, slots);
     let bar = ProgressBar::hidden();
     let mut tested = 0usize;
-    let session = session::open(&args.pack, &opts, &mut |event| match event {
+    // A stalled start ends the process, as a hang does: the stalled call cannot be undone.
+    let dog = Watchdog::start(opts.startup_timeout, |stall| {
+        eprintln!("strata-run: {stall}");
+        std::process::exit(3);
+    });
+    let mut stage = "pack";
+    let session = session::open(&args.pack, &opts, &mut |event| {
+        if let Event::Stage(s) = event {
+            stage = s;
+        }
+        dog.progress(stage);
+        report(event, &bar, &mut tested, verbose_selftest)
+    });
+    dog.finish();
+    bar.finish_and_clear();
+    if tested > 0 && !verbose_selftest {
+        eprintln!("strata-run: self-test: {tested} kernels passed");
+    }
+    Ok(session?)
+}
+
+/// Prints one start-up event.
+fn report(event: Event<'_>, bar: &ProgressBar, tested: &mut usize, verbose_selftest: bool) {
+    match event {
+        Event::Stage(_) => {}
+        Event::Unsupported(d) => eprintln!(
+            "strata-run: skipping device {} ({}, {}): strata has no target for {}",
+            d.ordinal, d.name, d.arch, d.arch
+        ),
         Event::Device(d) => eprintln!("strata-run: device: {} ({}, {})", d.name, d.arch, d.backend),
         Event::Compile(stage) => eprintln!("strata-compile: {stage:?}"),
         Event::Artifacts(dir) => eprintln!("strata-run: artifacts: {}", dir.display()),
         Event::SelfTestCached => eprintln!("strata-run: self-test: passed before on this device"),
         Event::SelfTest(o) => {
-            tested += 1;
+            *tested += 1;
             if verbose_selftest {
                 let status = if o.passed() { "ok" } else { "FAIL" };
                 println!(
@@ -325,12 +364,7 @@ fn open(args: &OpenArgs, selftest: SelfTest, verbose_selftest: bool, slots: usiz
             bar.set_position(done);
         }
         Event::Experts(p) => bar.suspend(|| eprintln!("strata-run: {}", placement_line(p))),
-    });
-    bar.finish_and_clear();
-    if tested > 0 && !verbose_selftest {
-        eprintln!("strata-run: self-test: {tested} kernels passed");
     }
-    Ok(session?)
 }
 
 /// One line on where the experts went.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use super::{BuildError, Resources, Toolchain};
+use super::{BuildError, Geometry, Resources, Toolchain};
 
 /// clang arguments (before `-O3 -o OUT SRC`) for PTX of `arch` at PTX ISA `ptx_isa`.
 /// The explicit `+ptxNN` feature is needed: clang-19 otherwise picks an ISA too old for
@@ -48,6 +48,25 @@ pub(super) fn resources(
         return Err(BuildError::Tool { tool: ptxas.display().to_string(), message: text.into_owned() });
     }
     Ok(parse_ptxas(&text))
+}
+
+/// The block size each PTX entry was compiled for (its `.maxntid`; every NVIDIA warp has
+/// 32 lanes). An entry without `.maxntid` records 0 threads, which no launch record has.
+pub(super) fn geometry(ptx: &str) -> BTreeMap<String, Geometry> {
+    ptx.split(".entry ")
+        .skip(1)
+        .filter_map(|entry| {
+            let name = entry.split('(').next()?.trim().to_owned();
+            let header = &entry[..entry.find('{').unwrap_or(entry.len())];
+            let max_threads = header
+                .split(".maxntid")
+                .nth(1)
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            Some((name, Geometry { wave_size: 32, max_threads }))
+        })
+        .collect()
 }
 
 /// Parses `ptxas -v` diagnostics into resources per entry function.
@@ -110,5 +129,14 @@ mod tests {
             Resources::Ptxas { registers: 40, shared_bytes: 9504, stack_bytes: 8, spill_stores: 4, spill_loads: 4 }
         );
         assert_eq!(r["argmax_256"].spills(), Some(0));
+    }
+
+    #[test]
+    fn entry_geometry() {
+        let ptx = ".visible .entry add_256(\n\t.param .u64 add_256_param_0\n)\n.maxntid 256, 1, 1\n{\n\tret;\n}\n\
+            .visible .entry bare(\n)\n{\n.maxntid 64, 1, 1\n}\n";
+        let g = geometry(ptx);
+        assert_eq!(g["add_256"], Geometry { wave_size: 32, max_threads: 256 });
+        assert_eq!(g["bare"].max_threads, 0, "a .maxntid inside the body is not the entry's");
     }
 }

@@ -53,6 +53,10 @@ pub enum Resources {
         lds_bytes: u32,
         /// Scratch bytes per lane (private segment).
         scratch_bytes: u32,
+        /// Waves per SIMD the compiler expects to fit at once, from registers, LDS and
+        /// block size (LLVM's `kernel-resource-usage` remark; 0 where not recorded).
+        #[serde(default)]
+        occupancy: u32,
     },
     /// From `ptxas -v`.
     Ptxas {
@@ -86,6 +90,18 @@ impl Resources {
     }
 }
 
+/// The launch geometry a kernel's binary was compiled for, read back from the binary
+/// (`.maxntid` in PTX; `.wavefront_size` and `.max_flat_workgroup_size` in the AMDGPU
+/// metadata), so the host's launch record can be proven to agree with the device code: a
+/// wave-size or block-size mismatch shows up on the device only as a launch failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Lanes per wave the code was compiled for.
+    pub wave_size: u32,
+    /// The most threads per block the code accepts.
+    pub max_threads: u32,
+}
+
 /// A compiled module.
 #[derive(Clone, Debug)]
 pub struct Built {
@@ -97,6 +113,8 @@ pub struct Built {
     pub arch: String,
     /// Resources per kernel name.
     pub resources: BTreeMap<String, Resources>,
+    /// Launch geometry per kernel name, as compiled.
+    pub geometry: BTreeMap<String, Geometry>,
     /// The compiler command, for the manifest and for users reproducing a build.
     pub command: Vec<String>,
 }
@@ -212,13 +230,15 @@ pub fn build(module: &Module, target: &Target, tools: &Toolchain, dir: &Path) ->
     }
     let binary = std::fs::read(&output).map_err(io)?;
     let names: Vec<&str> = module.kernels.iter().map(|k| k.name.as_str()).collect();
-    let resources = match module.dialect {
-        Dialect::Cuda => cuda::resources(tools, &output, &arch, &names)?,
-        Dialect::Hip => hip::resources(tools, &output)?,
+    let (resources, geometry) = match module.dialect {
+        Dialect::Cuda => {
+            (cuda::resources(tools, &output, &arch, &names)?, cuda::geometry(&String::from_utf8_lossy(&binary)))
+        }
+        Dialect::Hip => hip::resources(tools, &output, &String::from_utf8_lossy(&out.stderr))?,
     };
     let mut full = vec![tools.clang.display().to_string()];
     full.extend(command);
-    Ok(Built { binary, file_name: file_name.into(), arch, resources, command: full })
+    Ok(Built { binary, file_name: file_name.into(), arch, resources, geometry, command: full })
 }
 
 /// The kernel named by the first `NAME.cu:LINE:COL: error:` diagnostic.

@@ -48,6 +48,11 @@ pub const INT8_DOT: [GgmlType; 9] = [
 pub const INT8_MIN_BYTES: u64 = 1 << 20;
 /// Bytes a wave keeps in flight per slab of an int8 GEMV, at least.
 pub const SLAB_TARGET_BYTES: u32 = 1024;
+/// Largest (chunks a lane decodes per slab) × window in an int8 GEMV. A lane keeps its
+/// chunks of a slab decoded while it dots them with every window column, so registers
+/// grow with the product: about 10 VGPRs for each on gfx1100, where an IQ1_M row of 4096
+/// (4 chunks a lane) used 253 VGPRs at 4 tokens and spilled at 5.
+pub const Q8_LANE_CHUNK_COLUMNS: u32 = 16;
 /// Threads of a norm's block, at most (one block a row, four elements a thread): a row
 /// of 4096 is one round trip to memory, not sixteen.
 pub const NORM_THREADS: u32 = 1024;
@@ -553,7 +558,8 @@ pub fn gemv(rows: u32, cols: u32, window: u32, target: &Target) -> GemvTuning {
 ///   wave-sized chunk groups (every lane decodes the same number of chunks), doubled
 ///   until a wave's slabs reach [`SLAB_TARGET_BYTES`] (twice that for two rows or more)
 ///   or cover the row: enough bytes in flight per wave that a short row is one round
-///   trip to memory.
+///   trip to memory. Wide windows keep slabs shorter ([`Q8_LANE_CHUNK_COLUMNS`]), within
+///   the registers; the sums do not depend on the slab.
 /// - IQ types' lookup grids are staged in shared memory ([`lookup_table`]); rows per wave
 ///   are halved until the slabs and the grid fit the target's shared memory.
 pub fn gemv_q8(
@@ -592,7 +598,8 @@ pub fn gemv_q8(
     loop {
         blocks = unit;
         let per_row = SLAB_TARGET_BYTES * rows_per_wave.min(2) / rows_per_wave;
-        while blocks * block_bytes < per_row && blocks * block_chunks < row_chunks {
+        let lane_chunks_fit = |blocks: u32| blocks * block_chunks / wave * window.max(1) <= Q8_LANE_CHUNK_COLUMNS;
+        while blocks * block_bytes < per_row && blocks * block_chunks < row_chunks && lane_chunks_fit(2 * blocks) {
             blocks *= 2;
         }
         let shared = Q8_WAVES * rows_per_wave * (blocks * block_bytes).next_multiple_of(16) + table_bytes;
@@ -687,5 +694,17 @@ mod tests {
         assert_eq!(spec.launch.grid[0], Dim::Fixed(128), "4096 rows, 32 a block");
         let big = Op::Gemv { quant: GgmlType::Q4_0, rows: 28_672, cols: 4096, window: 1 };
         assert_eq!(kernel_with(big, &sm90, &options).launch.grid[0], Dim::Fixed(132 * Q8_BLOCKS_PER_CU));
+    }
+
+    #[test]
+    fn wide_windows_keep_slabs_within_the_registers() {
+        let gfx1100 = Target::load("gfx1100").expect("known");
+        // Qwen3-30B-A3B's attention output projection: IQ1_M rows of 4096, 4 chunks a
+        // lane when the slab covers the row.
+        let lane_chunks = |window| {
+            let g = gemv_q8(GgmlType::IQ1_M, 2048, 4096, window, &gfx1100, &Options::default()).expect("int8");
+            g.slab_chunks / gfx1100.device.wave_size
+        };
+        assert_eq!([1, 4, 5, 8, 9, 16].map(lane_chunks), [4, 4, 2, 2, 1, 1]);
     }
 }

@@ -669,6 +669,7 @@ impl Backend for Cpu {
             arch: "cpu".into(),
             driver: String::new(),
             memory: 0,
+            dialect: None,
         }
     }
 

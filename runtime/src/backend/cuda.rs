@@ -14,7 +14,9 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice,
 use cudarc::nvrtc::Ptx;
 use strata_compiler::plan::KernelSpec;
 
-use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, Mark, RunError, grid};
+use super::{
+    Arg, Backend, BufferId, DeviceEntry, DeviceInfo, GraphId, HostId, Mark, RunError, bounds_error, launch_values,
+};
 
 /// Whether a CUDA driver library can be loaded on this machine.
 pub fn driver_present() -> bool {
@@ -23,6 +25,32 @@ pub fn driver_present() -> bool {
         // run in any process; the handle is dropped immediately.
         unsafe { libloading::Library::new(*name) }.is_ok()
     })
+}
+
+/// The CUDA devices present, each with its architecture, or the reason there are none.
+pub fn devices() -> Result<Vec<DeviceEntry>, RunError> {
+    use cudarc::driver::result::device;
+    if !driver_present() {
+        return Err(RunError::NoDevice("CUDA backend: no CUDA driver (libcuda.so.1) on this machine".into()));
+    }
+    cudarc::driver::result::init().map_err(driver("cuInit"))?;
+    let count = device::get_count().map_err(driver("cuDeviceGetCount"))?;
+    (0..count)
+        .map(|i| {
+            let dev = device::get(i).map_err(driver("cuDeviceGet"))?;
+            let attribute = |a| {
+                // SAFETY: `dev` came from cuDeviceGet.
+                unsafe { device::get_attribute(dev, a) }.map_err(driver("cuDeviceGetAttribute"))
+            };
+            let major = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+            let minor = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            Ok(DeviceEntry {
+                ordinal: i as usize,
+                name: device::get_name(dev).unwrap_or_default(),
+                arch: format!("sm_{major}{minor}"),
+            })
+        })
+        .collect()
 }
 
 /// A CUDA device with its loaded kernels.
@@ -132,25 +160,9 @@ impl Cuda {
         let Some(errors) = self.errors else { return Ok(()) };
         let mut raw = [0u8; 32];
         self.stream.memcpy_dtoh(&self.buffers[errors.0].slice(0..32), &mut raw).map_err(driver("cuMemcpyDtoH"))?;
-        let e: Vec<u32> = raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        if e[0] == 0 {
-            return Ok(());
-        }
+        let Some(found) = bounds_error(&raw, &self.names, &self.specs) else { return Ok(()) };
         self.stream.memcpy_htod(&[0u8; 32], &mut self.buffers[errors.0]).map_err(driver("cuMemcpyHtoD"))?;
-        let kernel = self.names.get(e[1] as usize).cloned().unwrap_or_else(|| format!("#{}", e[1]));
-        let buffer = self
-            .specs
-            .get(&kernel)
-            .and_then(|s| s.buffers.get(e[2] as usize))
-            .map_or_else(|| format!("#{}", e[2]), |b| b.name.clone());
-        Err(RunError::Bounds {
-            kernel,
-            buffer,
-            index: u64::from(e[3]) | (u64::from(e[4]) << 32),
-            block: (e[5], e[6]),
-            thread: e[7],
-            count: e[0],
-        })
+        Err(found)
     }
 }
 
@@ -166,6 +178,7 @@ impl Backend for Cuda {
             arch: format!("sm_{major}{minor}"),
             driver: format!("CUDA driver {}.{}", version / 1000, version % 1000 / 10),
             memory: self.ctx.total_mem().unwrap_or(0) as u64,
+            dialect: Some(strata_compiler::emit::Dialect::Cuda),
         }
     }
 
@@ -223,19 +236,10 @@ impl Backend for Cuda {
             kernel: spec.name.clone(),
             message: "not in the loaded module".into(),
         })?;
-        let [x, y, z] = grid(spec, args);
-        if x == 0 || y == 0 || z == 0 {
-            return Ok(()); // nothing to do (zero rows or tokens)
-        }
-        // Kernel parameters: the buffer pointers, then the u32 scalars (the order of the
-        // kernel's signature in its plan record).
-        let pointers: Vec<u64> = args
-            .iter()
-            .filter_map(|a| if let Arg::Buf(id, offset) = *a { Some(self.pointer(id, offset)) } else { None })
-            .collect();
-        let scalars: Vec<u32> = args.iter().filter_map(|a| if let Arg::U32(v) = *a { Some(v) } else { None }).collect();
-        let mut params: Vec<*mut c_void> = pointers.iter().map(|p| p as *const u64 as *mut c_void).collect();
-        params.extend(scalars.iter().map(|s| s as *const u32 as *mut c_void));
+        let Some(([x, y, z], mut values)) = launch_values(spec, args, |id, offset| self.pointer(id, offset)) else {
+            return Ok(());
+        };
+        let mut params: Vec<*mut c_void> = values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
         // A kernel that waits for its inputs in-kernel launches as a programmatic
         // dependent of the one before: its blocks start (and load their weights) while
         // that one drains.

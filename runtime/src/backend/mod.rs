@@ -12,6 +12,7 @@ pub mod hip;
 
 use std::time::{Duration, Instant};
 
+use strata_compiler::emit::Dialect;
 use strata_compiler::plan::{Buffer, Dim, ERROR_BUFFER, Extent, KernelSpec};
 
 /// A point in a backend's queue of work, for benchmarks (see [`Backend::mark`]).
@@ -57,6 +58,28 @@ pub struct DeviceInfo {
     pub driver: String,
     /// Device memory in bytes (0 when not applicable).
     pub memory: u64,
+    /// The kind of module its kernels load from: PTX (CUDA, and HIP on NVIDIA) or AMD
+    /// code objects; none on the CPU.
+    pub dialect: Option<Dialect>,
+}
+
+/// A device a GPU backend found, before opening it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceEntry {
+    /// Its index on its backend (`--device N`).
+    pub ordinal: usize,
+    /// Its name.
+    pub name: String,
+    /// Its architecture (`gfx1100`, `sm_90`; `unknown` when the runtime does not say).
+    pub arch: String,
+}
+
+impl DeviceEntry {
+    /// Whether strata has a target for this device's architecture (an integrated
+    /// gfx1036, for one, has none).
+    pub fn supported(&self) -> bool {
+        strata_compiler::target::known_names().contains(&self.arch.as_str())
+    }
 }
 
 /// Why the runtime cannot go on.
@@ -240,6 +263,33 @@ pub trait Backend {
     }
 }
 
+/// The violation a `--checked` kernel recorded in the 32-byte error buffer (`count,
+/// kernel, buffer, index lo, index hi, block x, block y, thread`, little-endian u32s), if
+/// any, with kernel and buffer named from the loaded kernels (`names` in manifest order).
+pub fn bounds_error(
+    record: &[u8; 32],
+    names: &[String],
+    specs: &std::collections::HashMap<String, KernelSpec>,
+) -> Option<RunError> {
+    let e: Vec<u32> = record.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    if e[0] == 0 {
+        return None;
+    }
+    let kernel = names.get(e[1] as usize).cloned().unwrap_or_else(|| format!("#{}", e[1]));
+    let buffer = specs
+        .get(&kernel)
+        .and_then(|s| s.buffers.get(e[2] as usize))
+        .map_or_else(|| format!("#{}", e[2]), |b| b.name.clone());
+    Some(RunError::Bounds {
+        kernel,
+        buffer,
+        index: u64::from(e[3]) | (u64::from(e[4]) << 32),
+        block: (e[5], e[6]),
+        thread: e[7],
+        count: e[0],
+    })
+}
+
 /// Orders named arguments as `spec`'s signature wants them (buffers, then scalars) and
 /// checks them on the host: every argument present, scalars within the plan's maximum,
 /// every buffer large enough for the extent its kernel may touch. This is where a launch
@@ -289,6 +339,44 @@ fn extent_bytes(b: &Buffer, scalar: &impl Fn(&str) -> Result<u32, RunError>) -> 
         Extent::PerArg { arg, per_row } => u64::from(scalar(arg)?) * per_row,
     };
     Ok(elems * b.elem.bytes())
+}
+
+/// `args` (or anything per argument) in `bind`'s order (buffers, then scalars) rearranged
+/// into the order of the kernel's signature, which a GPU launch must pass: a `--checked`
+/// kernel takes its error buffer last (`STRATA_ERR_PARAM` ends every signature), after
+/// its scalars, though its record lists it among the buffers.
+pub fn in_signature_order<T: Copy>(spec: &KernelSpec, args: &[T]) -> Vec<T> {
+    let mut out = args.to_vec();
+    if spec.buffers.last().is_some_and(|b| b.name == ERROR_BUFFER)
+        && args.len() == spec.buffers.len() + spec.scalars.len()
+    {
+        let error = out.remove(spec.buffers.len() - 1);
+        out.push(error);
+    }
+    out
+}
+
+/// What a GPU launch of `spec` passes for bound arguments `args`: its grid and each
+/// parameter's value in signature order (buffer addresses from `address`, u32 scalars as
+/// the low half of a u64: the driver reads four bytes of it on this little-endian host);
+/// `None` when the grid is empty (zero rows or tokens: nothing to launch).
+pub fn launch_values(
+    spec: &KernelSpec,
+    args: &[Arg],
+    address: impl Fn(BufferId, usize) -> u64,
+) -> Option<([u32; 3], Vec<u64>)> {
+    let g = grid(spec, args);
+    if g.contains(&0) {
+        return None;
+    }
+    let values = in_signature_order(spec, args)
+        .into_iter()
+        .map(|a| match a {
+            Arg::Buf(id, offset) => address(id, offset),
+            Arg::U32(v) => u64::from(v),
+        })
+        .collect();
+    Some((g, values))
 }
 
 /// The launch grid of `spec` for bound arguments `args` (as [`bind`] returns them).
