@@ -3,7 +3,8 @@
 # (git-ignored): the test packs (two holding all 22 quant types, a qwen3 and a qwen3moe
 # pack; the default model travels apart, see README "GPU checks"), the wave32 AMD kernels
 # of each (gfx1100 plain and --checked, gfx1030), rendered with the CUDA prelude for sm_90,
-# with verify windows up to 16 and QSA; sm_90 artifacts for the HIP backend's runs; and
+# with verify windows up to 16 and QSA; sm_90 artifacts for the HIP backend's runs (also
+# --checked, and with a planted wrong kernel and a planted hang); and
 # the CPU reference's text for every case of scripts/device/amd-cases.txt.
 #
 # Carry .device/bin and .device/amd.tar.xz.
@@ -36,6 +37,14 @@ for p in mix-a mix-b qwen3 moe-a smollm2; do
     done
 done
 
+# The HIP backend's own checks: --checked kernels (error read-back inside captured
+# graphs) and planted faults (the self-test and the watchdog name the kernel).
+for p in qwen3 moe-a; do
+    $sc --pack "$amd/packs/$p.gguf" --target sm_90 --spec 4 --checked --out "$amd/art/$p-sm_90-checked" >/dev/null
+done
+for fault in wrong hang; do
+    $sc --pack "$amd/packs/qwen3.gguf" --target sm_90 --fault "$fault:add_256" --out "$amd/art/qwen3-sm_90-$fault" >/dev/null
+done
 for i in $(seq 1 40); do printf 'Line %d: the quick brown fox jumps over the lazy dog. ' "$i"; done >"$amd/cpu/long-prompt"
 grep -v '^#' scripts/device/amd-cases.txt | while read -r tag p flags; do
     prompt="The capital of France is"

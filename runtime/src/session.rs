@@ -9,7 +9,7 @@ use std::time::Duration;
 use strata_compiler::artifacts::Stage;
 use strata_compiler::model::ModelDesc;
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{Int8Dot, MAX_WINDOW, Options};
+use strata_compiler::plan::{ERROR_BUFFER, Int8Dot, MAX_WINDOW, Options};
 use strata_compiler::target::Target;
 
 use crate::artifacts::{self, Artifacts};
@@ -240,6 +240,11 @@ pub fn prepare_device(
     report(Event::Artifacts(&art.dir));
     let specs: Vec<_> = art.manifest.kernels.iter().map(|k| k.spec.clone()).collect();
     backend.load(&art.module, &specs)?;
+    if specs.iter().any(|k| k.buffers.iter().any(|b| b.name == ERROR_BUFFER)) {
+        // Now, not on first use: that may be inside a graph capture, where HIP refuses
+        // allocations.
+        backend.error_buffer()?;
+    }
     let record = selftest::pass_record(&art.manifest, &device);
     if opts.selftest == SelfTest::Auto && record.exists() {
         report(Event::SelfTestCached);

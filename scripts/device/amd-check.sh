@@ -9,7 +9,9 @@
 #  3. the HIP backend itself (streams, events, graphs, pinned memory, async uploads,
 #     watchdog) through HIP's NVIDIA platform (HIP_PLATFORM=nvidia): self-tests, the same
 #     generation cases, and decode speed beside the CUDA backend's;
-#  4. refusals: --backend hip without ROCm, --device N past the devices present.
+#  4. refusals: --backend hip without ROCm, --device N past the devices present; through
+#     the HIP backend, --checked kernels (greedy text equal to the CPU's) and planted faults
+#     (a wrong kernel named by the self-test, a hang named by the watchdog).
 # Prints a table last.
 #
 # Here: scripts/prepare-amd-check.sh, and the default model carried ahead in two calls
@@ -58,9 +60,12 @@ grep -v '^#' scripts/device/amd-cases.txt | while read -r tag p flags; do
     [ "$base" = smollm2 ] && [ ! -f "$model" ] && continue
     prompt="The capital of France is"
     [ "$base" != "$p" ] && prompt=$(cat "$amd/cpu/long-prompt")
-    for how in gfx1100 gfx1030 hip; do
+    hows="gfx1100 gfx1030 hip"
+    [ "${tag#*checked}" != "$tag" ] && hows=hip-checked
+    for how in $hows; do
         art=$amd/art/$base-$how; env=(); backend=cuda
         [ $how = hip ] && { art=$amd/art/$base-sm_90; env=(HIP_PLATFORM=nvidia); backend=hip; }
+        [ $how = hip-checked ] && { art=$amd/art/$base-sm_90-checked; env=(HIP_PLATFORM=nvidia); backend=hip; }
         # shellcheck disable=SC2086
         if ! env "${env[@]}" "$run" generate --pack "$(pack_of "$base")" --artifacts "$art" --backend $backend \
             --prompt "$prompt" --max-tokens 32 --ignore-eos $flags >/tmp/amd-got.txt 2>/tmp/amd-err.txt; then
@@ -83,7 +88,7 @@ if [ -f "$model" ]; then
     done
 fi
 
-# 4. Refusals: one line, non-zero exit.
+# 4. Refusals: one line, non-zero exit; planted faults named through the HIP backend.
 refusal() { # name, expected text, command...
     local name=$1 want=$2; shift 2
     "$@" >/dev/null 2>/tmp/amd-refusal.txt
@@ -99,5 +104,23 @@ refusal "--backend hip without ROCm" "no HIP runtime (libamdhip64.so)" \
     "$run" generate --pack "$amd/packs/qwen3.gguf" --backend hip --prompt hi
 refusal "--device 1 of one GPU" "device 1 asked for, 1 present" \
     "$run" generate --pack "$amd/packs/qwen3.gguf" --backend cuda --device 1 --prompt hi
+named() { # name, expected text, command...: fails (non-zero exit) naming the kernel
+    local name=$1 want=$2; shift 2
+    "$@" >/dev/null 2>/tmp/amd-fault.txt
+    local rc=$?
+    if [ $rc -ne 0 ] && grep -q "$want" /tmp/amd-fault.txt; then
+        row "$name" "PASS (exit $rc): $(grep "$want" /tmp/amd-fault.txt | head -c 200)"
+    else
+        row "$name" "FAIL (exit $rc): $(tail -1 /tmp/amd-fault.txt | head -c 300)"
+    fi
+}
+named "HIP: planted wrong kernel" "kernel add_256 does not match the CPU reference" \
+    env HIP_PLATFORM=nvidia "$run" selftest --pack "$amd/packs/qwen3.gguf" \
+    --artifacts "$amd/art/qwen3-sm_90-wrong" --backend hip
+start=$(date +%s)
+named "HIP: planted hang" "kernel add_256 did not finish within 2 s" \
+    timeout 60 env HIP_PLATFORM=nvidia "$run" generate --pack "$amd/packs/qwen3.gguf" \
+    --artifacts "$amd/art/qwen3-sm_90-hang" --backend hip --prompt hi --deadline 2
+row "HIP: planted hang reported after" "$(( $(date +%s) - start )) s"
 echo
 printf '%s\n' "${rows[@]}"

@@ -172,3 +172,24 @@ fn artifacts_for_another_pack_or_target_are_refused() {
     assert!(e.contains("artifacts are for gfx1100 (built for sm_90); this device is gfx1100"), "{e}");
     assert!(artifacts::open(&gfx, &llama, &rx7900).is_ok());
 }
+
+/// `--spec 0` (the default) runs every pack: no quant type needs speculative decoding or
+/// the int8 path, which are optional (the report's engine refused `--spec 0` for IQ packs).
+#[test]
+fn every_quant_type_decodes_without_speculation_or_int8() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for pack in strata_tests::every_type_packs(dir.path()) {
+        for int8 in [Int8Dot::Auto, Int8Dot::Never] {
+            let mut s = open_cpu_with(&pack, 4, int8);
+            assert!(!s.spec.enabled());
+            let mut sampler = strata_runtime::sampler::Sampler::new(Default::default());
+            let mut ids = Vec::new();
+            generate::generate(&mut s, &[1, 2, 3], 4, true, &mut sampler, &mut |_, id| {
+                ids.push(id);
+                true
+            })
+            .expect("decodes");
+            assert_eq!(ids.len(), 4, "{}", pack.display());
+        }
+    }
+}

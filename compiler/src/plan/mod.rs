@@ -661,7 +661,8 @@ pub struct KernelSpec {
     pub launch: Launch,
     /// Tuning decisions.
     pub tuning: Tuning,
-    /// Buffer arguments, in signature order.
+    /// Buffer arguments, in signature order; a `--checked` build's error buffer, listed
+    /// last here, ends the signature, after the scalars.
     pub buffers: Vec<Buffer>,
     /// Scalar arguments, after the buffers, in signature order.
     pub scalars: Vec<Scalar>,

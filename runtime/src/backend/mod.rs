@@ -290,8 +290,9 @@ pub fn bounds_error(
     })
 }
 
-/// Orders named arguments as `spec`'s signature wants them (buffers, then scalars) and
-/// checks them on the host: every argument present, scalars within the plan's maximum,
+/// Orders named arguments as `spec`'s record lists them (buffers, then scalars; a GPU
+/// launch passes them in signature order, [`in_signature_order`]) and checks them on the
+/// host: every argument present, scalars within the plan's maximum,
 /// every buffer large enough for the extent its kernel may touch. This is where a launch
 /// that would run out of bounds is refused, naming kernel, argument and sizes.
 pub fn bind(

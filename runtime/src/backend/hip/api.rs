@@ -82,7 +82,9 @@ macro_rules! api {
         pub struct Api {
             /// Which HIP this is.
             pub platform: Platform,
-            _libs: Vec<Library>,
+            /// Never unloaded (leaked): unloading the runtime runs its teardown, which
+            /// waits forever for a hung kernel.
+            libs: &'static [Library],
             $( $(#[$doc])* pub $field: unsafe extern "C" fn($($arg),*) -> HipError, )*
         }
 
@@ -106,7 +108,7 @@ macro_rules! api {
                     // ROCm 6/7, or the CUDA function HIP forwards it to) is the field's.
                     let $field = unsafe { std::mem::transmute::<*const c_void, unsafe extern "C" fn($($arg),*) -> HipError>(address) };
                 )*
-                Ok(Api { platform, _libs: libs, $($field),* })
+                Ok(Api { platform, libs: Vec::leak(libs), $($field),* })
             }
         }
     };
@@ -182,7 +184,7 @@ impl Api {
     /// The runtime's text for `code`, with the code.
     pub fn message(&self, code: HipError) -> String {
         let text = self
-            ._libs
+            .libs
             .iter()
             .find_map(|lib| {
                 // SAFETY: hipGetErrorString / cudaGetErrorString take a code and return a

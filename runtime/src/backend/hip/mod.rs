@@ -149,17 +149,23 @@ impl Hip {
         found.map_or(Ok(()), Err)
     }
 
+    /// Copies from a buffer into `out` after all queued work (waiting without a deadline,
+    /// as a CUDA copy to pageable memory does).
     fn copy_to_host(&mut self, buf: BufferId, offset: usize, out: &mut [u8]) -> Result<(), RunError> {
         let src = self.pointer(buf, offset) as *const c_void;
-        // SAFETY: the caller checked the range; the destination is a live host slice and
-        // the stream is synchronized before it is read.
-        unsafe {
+        // SAFETY: the caller checked the range; the destination is a live host slice,
+        // read only after the stream has drained.
+        let code = unsafe {
             self.api.check(
                 "hipMemcpyAsync(DtoH)",
                 (self.api.memcpy_async)(out.as_mut_ptr().cast(), src, out.len(), api::DEVICE_TO_HOST, self.stream),
             )?;
+            (self.api.stream_synchronize)(self.stream)
+        };
+        if code != api::SUCCESS {
+            return Err(self.failed(code));
         }
-        self.sync()
+        Ok(())
     }
 }
 
