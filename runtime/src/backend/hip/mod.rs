@@ -104,11 +104,6 @@ impl Hip {
         })
     }
 
-    /// Which HIP runs this device.
-    pub fn platform(&self) -> Platform {
-        self.api.platform
-    }
-
     fn pointer(&self, id: BufferId, offset: usize) -> usize {
         self.buffers[id.0].0 + offset
     }
