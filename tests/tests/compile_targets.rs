@@ -69,6 +69,11 @@ fn every_kernel_compiles_for_every_target_without_spills() {
     assert_eq!(types.len(), strata_compiler::quant::SUPPORTED.len(), "GEMVs of every type: {types:?}");
 }
 
+/// The verify windows the GEMVs of `m` were compiled for.
+fn gemv_windows(m: &artifacts::Manifest) -> std::collections::BTreeSet<u32> {
+    m.kernels.iter().filter_map(|k| if let Op::Gemv { window, .. } = k.spec.op { Some(window) } else { None }).collect()
+}
+
 /// gfx1100's shipped facts with `edits` (text replacements) applied, as a target file in `dir`.
 fn gfx1100_with(dir: &Path, edits: &[(&str, &str)]) -> Target {
     let mut text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../targets/gfx1100.toml"))
@@ -108,12 +113,7 @@ fn test_packs_compile_for_amd_with_windows_to_16_also_checked() {
                 let options = Options { spec: 16, checked, ..Options::default() };
                 let m = compile(pack, &target, options, &out, &tools)
                     .unwrap_or_else(|e| panic!("{} {}: {e}", target.name, paths[i].display()));
-                let windows: std::collections::BTreeSet<u32> = m
-                    .kernels
-                    .iter()
-                    .filter_map(|k| if let Op::Gemv { window, .. } = k.spec.op { Some(window) } else { None })
-                    .collect();
-                assert_eq!(windows, (1..=16).collect(), "{}", target.name);
+                assert_eq!(gemv_windows(&m), (1..=16).collect(), "{}", target.name);
                 assert!(m.kernels.iter().any(|k| matches!(k.spec.op, Op::QsaScore { .. })));
                 for k in &m.kernels {
                     let r = &k.resources;
@@ -150,12 +150,7 @@ fn windows_up_to_16_fit_sm_90() {
     let target = Target::load("sm_90").expect("known");
     let m = compile(&pack, &target, Options { spec: 16, ..Options::default() }, &dir.path().join("o"), &tools)
         .expect("compiles");
-    let windows: std::collections::BTreeSet<u32> = m
-        .kernels
-        .iter()
-        .filter_map(|k| if let Op::Gemv { window, .. } = k.spec.op { Some(window) } else { None })
-        .collect();
-    assert_eq!(windows, (1..=16).collect());
+    assert_eq!(gemv_windows(&m), (1..=16).collect());
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Host launch code and device code take everything from the same plan record, and here
 //! they are shown to agree for every kernel of every target, plain and `--checked`: the
 //! parameters a GPU backend passes, in the order it passes them, are the parameters of
-//! the rendered kernel's signature. (Wave size and block size are proven at build time
+//! the rendered kernel's signature (`KernelSpec::in_signature_order`, which the GPU
+//! backends' `launch_values` applies). (Wave size and block size are proven at build time
 //! against the compiled binary: `artifacts::launch_disagreements`.) A mismatch here is
 //! the kind of bug that shows up on a device only as a launch failure or a hang.
 
@@ -10,7 +11,6 @@ use strata_compiler::model::ModelDesc;
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::{self, Options};
 use strata_compiler::target;
-use strata_runtime::backend::in_signature_order;
 use strata_tests::every_type_packs;
 
 /// The parameter names of kernel `name` in its rendered source (`STRATA_ERR_PARAM` is the
@@ -42,7 +42,7 @@ fn launch_arguments_follow_every_kernel_signature() {
                         .map(|b| b.name.as_str())
                         .chain(spec.scalars.iter().map(|s| s.name.as_str()))
                         .collect();
-                    let passed = in_signature_order(spec, &bound);
+                    let passed = spec.in_signature_order(&bound);
                     assert_eq!(passed, signature(&src.text, &spec.name, checked), "{} {}", target.name, spec.name);
                     checked_with_scalars += usize::from(checked && !spec.scalars.is_empty());
                 }

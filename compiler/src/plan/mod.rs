@@ -668,6 +668,23 @@ pub struct KernelSpec {
     pub scalars: Vec<Scalar>,
 }
 
+impl KernelSpec {
+    /// `args` (or anything per argument) in record order (buffers, then scalars)
+    /// rearranged into the order of the kernel's signature, which a GPU launch must pass:
+    /// a `--checked` kernel's error buffer, listed last among the buffers, ends the
+    /// signature (`STRATA_ERR_PARAM`), after the scalars.
+    pub fn in_signature_order<T: Copy>(&self, args: &[T]) -> Vec<T> {
+        let mut out = args.to_vec();
+        if self.buffers.last().is_some_and(|b| b.name == ERROR_BUFFER)
+            && args.len() == self.buffers.len() + self.scalars.len()
+        {
+            let error = out.remove(self.buffers.len() - 1);
+            out.push(error);
+        }
+        out
+    }
+}
+
 /// The kernels of one pack on one target.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {

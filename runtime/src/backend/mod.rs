@@ -291,7 +291,7 @@ pub fn bounds_error(
 }
 
 /// Orders named arguments as `spec`'s record lists them (buffers, then scalars; a GPU
-/// launch passes them in signature order, [`in_signature_order`]) and checks them on the
+/// launch passes them in signature order, `KernelSpec::in_signature_order`) and checks them on the
 /// host: every argument present, scalars within the plan's maximum,
 /// every buffer large enough for the extent its kernel may touch. This is where a launch
 /// that would run out of bounds is refused, naming kernel, argument and sizes.
@@ -342,21 +342,6 @@ fn extent_bytes(b: &Buffer, scalar: &impl Fn(&str) -> Result<u32, RunError>) -> 
     Ok(elems * b.elem.bytes())
 }
 
-/// `args` (or anything per argument) in `bind`'s order (buffers, then scalars) rearranged
-/// into the order of the kernel's signature, which a GPU launch must pass: a `--checked`
-/// kernel takes its error buffer last (`STRATA_ERR_PARAM` ends every signature), after
-/// its scalars, though its record lists it among the buffers.
-pub fn in_signature_order<T: Copy>(spec: &KernelSpec, args: &[T]) -> Vec<T> {
-    let mut out = args.to_vec();
-    if spec.buffers.last().is_some_and(|b| b.name == ERROR_BUFFER)
-        && args.len() == spec.buffers.len() + spec.scalars.len()
-    {
-        let error = out.remove(spec.buffers.len() - 1);
-        out.push(error);
-    }
-    out
-}
-
 /// What a GPU launch of `spec` passes for bound arguments `args`: its grid and each
 /// parameter's value in signature order (buffer addresses from `address`, u32 scalars as
 /// the low half of a u64: the driver reads four bytes of it on this little-endian host);
@@ -370,7 +355,8 @@ pub fn launch_values(
     if g.contains(&0) {
         return None;
     }
-    let values = in_signature_order(spec, args)
+    let values = spec
+        .in_signature_order(args)
         .into_iter()
         .map(|a| match a {
             Arg::Buf(id, offset) => address(id, offset),
