@@ -20,10 +20,10 @@ use sha2::{Digest, Sha256};
 
 use crate::build::{self, BuildError, Resources, Toolchain};
 use crate::check::{self, CheckError};
-use crate::emit::{self, Dialect, EmitError, hex};
+use crate::emit::{self, Dialect, EmitError, Module, hex};
 use crate::model::ModelDesc;
 use crate::pack::{Pack, PackError};
-use crate::plan::{self, KernelSpec, Op, Options, PlanError};
+use crate::plan::{self, KernelSpec, Op, Options, Plan, PlanError};
 use crate::target::Target;
 
 /// Manifest format version; bumped when the layout changes incompatibly.
@@ -191,12 +191,22 @@ fn io_error(path: &Path) -> impl Fn(std::io::Error) -> CompileError + '_ {
     move |e| CompileError::Io { path: path.to_path_buf(), message: e.to_string() }
 }
 
-/// Plans, renders, checks, builds and writes the artifacts of one pack for one target.
-pub fn compile(
-    req: &Request<'_>,
-    tools: &Toolchain,
-    progress: &mut dyn FnMut(Stage),
-) -> Result<Manifest, CompileError> {
+/// A plan rendered and checked for its target: everything before the build.
+#[derive(Debug)]
+pub struct Rendered<'a> {
+    /// The kernels.
+    pub plan: Plan,
+    /// Their source, in `dialect`.
+    pub module: Module,
+    /// The language the module is written in.
+    pub dialect: Dialect,
+    /// The device the module is built for: the target, or the NVIDIA target it runs on.
+    pub device: &'a Target,
+}
+
+/// Plans, renders and checks the kernels of one pack for one target: what is written
+/// without a toolchain (`strata-compile --emit-only`), and the first stages of [`compile`].
+pub fn render<'a>(req: &Request<'a>, progress: &mut dyn FnMut(Stage)) -> Result<Rendered<'a>, CompileError> {
     progress(Stage::Plan);
     let model = ModelDesc::from_pack(req.pack)?;
     let plan = plan::plan(&model, req.pack, req.target, &req.options)?;
@@ -222,7 +232,28 @@ pub fn compile(
     if !errors.is_empty() {
         return Err(CompileError::Check { target: req.target.name.clone(), errors });
     }
+    Ok(Rendered { plan, module, dialect, device })
+}
 
+/// Writes what [`render`] made, for reading without a build: the module source and
+/// the plan's kernel records (`plan.toml`).
+pub fn write_rendered(rendered: &Rendered<'_>, out: &Path) -> Result<(), CompileError> {
+    std::fs::create_dir_all(out).map_err(io_error(out))?;
+    let source = out.join(format!("module.{}", rendered.dialect.extension()));
+    std::fs::write(&source, &rendered.module.source).map_err(io_error(&source))?;
+    let records = out.join("plan.toml");
+    let text = toml::to_string(&rendered.plan)
+        .map_err(|e| CompileError::Io { path: records.clone(), message: e.to_string() })?;
+    std::fs::write(&records, text).map_err(io_error(&records))
+}
+
+/// Plans, renders, checks, builds and writes the artifacts of one pack for one target.
+pub fn compile(
+    req: &Request<'_>,
+    tools: &Toolchain,
+    progress: &mut dyn FnMut(Stage),
+) -> Result<Manifest, CompileError> {
+    let Rendered { plan, module, dialect, device } = render(req, progress)?;
     let out = req.out;
     std::fs::create_dir_all(out.join("src")).map_err(io_error(out))?;
     let arch = build::build_arch(device, tools);

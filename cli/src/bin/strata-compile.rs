@@ -69,6 +69,11 @@ struct CompileArgs {
     /// attention's selection (default: the target's, 16).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     qsa_block: Option<u32>,
+    /// Plan, render and check only, with no toolchain: write the module source and the
+    /// kernel records (`plan.toml`) to --out instead of artifacts (reading kernels;
+    /// `scripts/compare-generated.sh`).
+    #[arg(long)]
+    emit_only: bool,
     /// Test only: plant a fault (`wrong:KERNEL` or `hang:KERNEL`) to prove the
     /// runtime's self-test and watchdog catch it.
     #[arg(long, hide = true, value_parser = Fault::parse)]
@@ -232,7 +237,6 @@ fn compile(args: CompileArgs) -> Result<()> {
     let target = Target::load(&target)?;
     let run_on = args.run_on.as_deref().map(Target::load).transpose()?;
     let pack = Pack::open(&pack)?;
-    let tools = Toolchain::discover()?;
     let options = Options {
         spec: args.spec,
         checked: args.checked,
@@ -249,6 +253,13 @@ fn compile(args: CompileArgs) -> Result<()> {
         run_on: run_on.as_ref(),
         out: &out,
     };
+    if args.emit_only {
+        let rendered = artifacts::render(&request, &mut |_| {})?;
+        artifacts::write_rendered(&rendered, &out)?;
+        eprintln!("rendered {} kernels for {} in {}", rendered.plan.kernels.len(), target.name, out.display());
+        return Ok(());
+    }
+    let tools = Toolchain::discover()?;
     let bar = indicatif::ProgressBar::new_spinner();
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
     let mut up_to_date = false;
