@@ -20,10 +20,12 @@ use sha2::{Digest, Sha256};
 
 use crate::build::{self, BuildError, Resources, Toolchain};
 use crate::check::{self, CheckError};
-use crate::emit::{self, Dialect, EmitError, Module, hex};
+use crate::digest::{hex, sha256_hex};
+use crate::emit::{self, Dialect, EmitError, Module};
 use crate::model::ModelDesc;
+use crate::ops::Op;
 use crate::pack::{Pack, PackError};
-use crate::plan::{self, KernelSpec, Op, Options, Plan, PlanError};
+use crate::plan::{self, KernelSpec, Options, Plan, PlanError};
 use crate::target::Target;
 
 /// Manifest format version; bumped when the layout changes incompatibly.
@@ -278,7 +280,7 @@ pub fn compile(
             if !disagree.is_empty() {
                 return Err(CompileError::Check { target: device.name.clone(), errors: disagree });
             }
-            (built.file_name, hex(&Sha256::digest(&built.binary)), built.resources, built.command)
+            (built.file_name, sha256_hex(&built.binary), built.resources, built.command)
         }
     };
 
@@ -304,7 +306,7 @@ pub fn compile(
         return Err(CompileError::Check { target: device.name.clone(), errors: over });
     }
     if !req.allow_spills {
-        for k in plan.kernels.iter().filter(|k| matches!(k.op, Op::Gemv { .. } | Op::ExpertGemv { .. })) {
+        for k in plan.kernels.iter().filter(|k| matches!(k.op, Op::Gemv(_) | Op::ExpertGemv(_))) {
             if let Some(spilled) = resources.get(&k.name).and_then(Resources::spills).filter(|s| *s > 0) {
                 return Err(BuildError::Spills {
                     kernel: k.name.clone(),
@@ -394,6 +396,6 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest, CompileError> {
 fn previous_build(dir: &Path, build_key: &str) -> Option<Manifest> {
     let m = read_manifest(dir).ok()?;
     let binary = std::fs::read(dir.join(&m.module.binary)).ok()?;
-    (m.format == FORMAT && m.module.build_key == build_key && hex(&Sha256::digest(&binary)) == m.module.binary_sha256)
+    (m.format == FORMAT && m.module.build_key == build_key && sha256_hex(&binary) == m.module.binary_sha256)
         .then_some(m)
 }

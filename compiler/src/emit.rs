@@ -11,11 +11,10 @@ use std::fmt::Write as _;
 
 use handlebars::Handlebars;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
-use crate::plan::{
-    Dim, ExpertInput, Extent, Fault, KernelSpec, MAX_WINDOW, Op, Plan, RopeStyle, RouteLayout, Tuning, rules,
-};
+use crate::digest::sha256_hex;
+use crate::ops::{self, Op};
+use crate::plan::{ERROR_BUFFER, Elem, Fault, KernelSpec, Plan, rules};
 use crate::quant::{GgmlType, grids};
 use crate::target::{Target, Vendor};
 
@@ -183,18 +182,14 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
     let mut kernels = Vec::with_capacity(plan.kernels.len());
     for (id, spec) in plan.kernels.iter().enumerate() {
         let ctx = context(spec, id, target);
-        let template = match (&spec.tuning, &spec.op) {
-            (Tuning::GemvQ8(_), _) => "gemv_q8",
-            (_, Op::ExpertGemv { .. }) => "gemv",
-            _ => spec.op.kind(),
-        };
+        let template = spec.op.def().template(spec).unwrap_or(spec.op.kind());
         let mut text = render(&format!("ops/{template}"), &spec.name, &ctx)?;
         if plan.options.fault == Some(Fault::Hang(spec.name.clone())) {
             text = plant_hang(&text, &spec.name);
         }
         let _ = write!(source, "\n#line 1 \"{}.{}\"\n", spec.name, dialect.extension());
         source.push_str(&text);
-        let hash = hex(&Sha256::digest(text.as_bytes()));
+        let hash = sha256_hex(text.as_bytes());
         kernels.push(KernelSource { name: spec.name.clone(), text, hash });
     }
     Ok(Module { dialect, source, kernels })
@@ -237,7 +232,9 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
 
 fn quant_of(op: &Op) -> Option<GgmlType> {
     match op {
-        Op::Gemv { quant, .. } | Op::Embed { quant, .. } | Op::ExpertGemv { quant, .. } => Some(*quant),
+        Op::Gemv(ops::Gemv { quant, .. })
+        | Op::Embed(ops::Embed { quant, .. })
+        | Op::ExpertGemv(ops::ExpertGemv { quant, .. }) => Some(*quant),
         _ => None,
     }
 }
@@ -284,173 +281,49 @@ fn wrap(items: &[String], per_line: usize) -> String {
     items.chunks(per_line).map(|c| format!("    {},", c.join(", "))).collect::<Vec<_>>().join("\n")
 }
 
-/// An f32 as a C float literal that reads back to the same value.
-fn c_float(v: f32) -> String {
-    let s = format!("{v:e}");
-    format!("{s}f")
-}
-
-/// Elements of a fixed extent (0 for runtime-sized ones).
-fn fixed(spec: &KernelSpec, buffer: &str) -> u64 {
-    spec.buffers.iter().find(|b| b.name == buffer).map_or(0, |b| if let Extent::Fixed(n) = b.extent { n } else { 0 })
-}
-
-/// The template context of one kernel: its record plus values derived from it.
+/// The template context of one kernel: what every template reads (name, id, buffer
+/// positions, threads, the signature made from the record) and the op's own values.
 fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
     let l = &spec.launch;
     // Each buffer's position in the signature: what `--checked` kernels record.
     let buf: serde_json::Map<String, Value> =
         spec.buffers.iter().enumerate().map(|(i, b)| (b.name.clone(), json!(i))).collect();
-    let ctx = json!({
+    let mut ctx = json!({
         "name": spec.name,
         "id": id,
         "buf": buf,
         "threads": l.threads,
         "waves": l.waves,
         "wave_size": l.wave_size,
+        "signature": signature(spec),
     });
-    let extra = match &spec.op {
-        Op::Gemv { quant, rows, cols, window } | Op::ExpertGemv { quant, rows, cols, window, .. }
-            if matches!(spec.tuning, Tuning::GemvQ8(_)) =>
-        {
-            let Tuning::GemvQ8(t) = &spec.tuning else { return ctx };
-            let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
-            let table = rules::lookup_table(*quant);
-            let gemv = json!({
-                "quant": quant.name().to_ascii_lowercase(),
-                "quant_name": quant.name(),
-                "rows": rows, "cols": cols, "window": window, "row_bytes": row_bytes,
-                "chunks": cols / 32, "vector_bytes": t.vector_bytes,
-                "vector": match t.vector_bytes { 16 => "strata_u4", 8 => "strata_u2", 4 => "u32", _ => "u16" },
-                "row_vecs": row_bytes / u64::from(t.vector_bytes),
-                "slab_bytes": t.slab_bytes, "slab_vecs": t.slab_bytes / t.vector_bytes, "slab_chunks": t.slab_chunks,
-                "slab_stride": t.slab_bytes.next_multiple_of(16),
-                "table": table.map(|(name, _, _)| name),
-                "table_type": table.map(|(_, bytes, _)| if bytes == 8 { "u64" } else { "u32" }),
-                "table_len": table.map(|(_, _, n)| n),
-                "slabs": (row_bytes as u32).div_ceil(t.slab_bytes),
-                "rows_per_wave": t.rows_per_wave, "groups": rows.div_ceil(t.rows_per_wave),
-                "blocks": match l.grid[0] { Dim::Fixed(n) => n, Dim::Runtime { .. } => 0 },
-                "loads": t.loads, "chunks_per_lane": t.slab_chunks / target.device.wave_size,
-                "xq_len": fixed(spec, "xq"), "xd_len": fixed(spec, "xd"), "y_len": fixed(spec, "y"),
-            });
-            merge(gemv, experts(spec))
-        }
-        Op::QuantizeQ8 { cols } => json!({ "cols": cols, "chunks": cols / 32 }),
-        Op::Gemv { quant, rows, cols, window } | Op::ExpertGemv { quant, rows, cols, window, .. } => {
-            let Tuning::Gemv(t) = &spec.tuning else { return ctx };
-            let gemv = json!({
-                "quant": quant.name().to_ascii_lowercase(),
-                "quant_name": quant.name(),
-                "rows": rows, "cols": cols, "window": window,
-                "row_bytes": quant.row_bytes(u64::from(*cols)).unwrap_or(0),
-                "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
-                "chunks": cols / 32,
-                "tile_cols": t.tile_cols, "tile_chunks": t.tile_cols / 32, "chunk_stride": t.chunk_stride,
-                "tile_floats": t.tile_cols / 32 * t.chunk_stride,
-                "split": t.split, "split_k": t.split > 1, "rows_per_block": t.rows_per_block,
-                "lanes": t.split * target.device.wave_size,
-                "x_len": fixed(spec, "x"), "y_len": fixed(spec, "y"),
-            });
-            merge(gemv, experts(spec))
-        }
-        Op::RmsNorm { n, eps, qk } => json!({
-            "n": n, "eps": c_float(*eps), "per_thread": n.div_ceil(l.threads),
-            "qk": qk.is_some(), "q_heads": qk.map_or(0, |[q, _]| q), "period": qk.map_or(1, |[q, k]| q + k),
-        }),
-        Op::AddRmsNorm { n, eps, q8, experts } => {
-            json!({ "n": n, "eps": c_float(*eps), "q8": q8, "experts": experts, "per_thread": n.div_ceil(l.threads) })
-        }
-        Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims, block } => {
-            let rope_half = rope_dims / 2;
-            let (a, b, pairing) = match style {
-                RopeStyle::Normal => ("2u * i".to_owned(), "2u * i + 1u".to_owned(), "adjacent elements (2i, 2i+1)"),
-                RopeStyle::Neox => ("i".to_owned(), format!("i + {rope_half}u"), "halves (i, i + d/2)"),
-            };
-            json!({
-                "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "half": head_dim / 2,
-                "rope_dims": rope_dims, "rope_half": rope_half, "kv_width": kv_heads * head_dim,
-                "pair_a": a, "pair_b": b, "pairing": pairing, "block": block,
-            })
-        }
-        Op::SiluMul { n, q8, paired } => json!({ "n": n, "q8": q8, "paired": paired }),
-        Op::MoeRoute { experts, used } => json!({
-            "experts": experts, "used": used, "max_window": MAX_WINDOW, "words": experts.div_ceil(32),
-            "per_lane": experts.div_ceil(l.wave_size), "capacity": RouteLayout::new(*experts, *used).capacity,
-            "route_len": RouteLayout::new(*experts, *used).len(),
-        }),
-        Op::MoeSum { n, used } => json!({ "n": n, "used": used }),
-        Op::Add { n, broadcast } => {
-            json!({ "n": n, "broadcast": broadcast, "b_index": if *broadcast { "i" } else { "at" } })
-        }
-        Op::Embed { quant, cols, vocab } => json!({
-            "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(),
-            "cols": cols, "vocab": vocab, "chunks": cols / 32,
-            "row_bytes": quant.row_bytes(u64::from(*cols)).unwrap_or(0),
-            "table_len": fixed(spec, "table"),
-        }),
-        Op::Attention { heads, kv_heads, head_dim, scale, block, sparse } => {
-            let Tuning::Attention(t) = &spec.tuning else { return ctx };
-            json!({
-                "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "block": block, "sparse": sparse,
-                "group": heads / kv_heads, "kv_width": kv_heads * head_dim,
-                "scale": c_float(*scale), "splits": t.splits, "split_blocks": t.split_blocks,
-                "state": head_dim + 2, "max_window": MAX_WINDOW,
-                "v_lanes": head_dim / 8, "v_rows": l.wave_size / (head_dim / 8).max(1),
-            })
-        }
-        Op::AttentionMerge { heads, head_dim, q8 } => {
-            let Tuning::Attention(t) = &spec.tuning else { return ctx };
-            json!({ "heads": heads, "head_dim": head_dim, "splits": t.splits, "state": head_dim + 2, "q8": q8 })
-        }
-        Op::QsaScore { heads, kv_heads, head_dim, block } => {
-            let group = heads / kv_heads;
-            let tile = rules::qsa_tokens_per_tile(*heads, *kv_heads);
-            let (lanes, per_group) = (rules::qsa_score_lanes(*head_dim), rules::QSA_SCORE_BLOCKS_PER_GROUP);
-            json!({
-                "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "block": block, "group": group,
-                "tile_tokens": tile, "tile_queries": tile * group, "max_window": MAX_WINDOW,
-                "lanes": lanes, "dims": head_dim / lanes, "chunks": head_dim / lanes / 4,
-                "groups": l.threads / lanes, "per_group": per_group, "per_cta": l.threads / lanes * per_group,
-            })
-        }
-        Op::QsaSelect { kv_heads, block } => json!({
-            "kv_heads": kv_heads, "block": block, "bins": rules::QSA_SELECT_BINS,
-            "max_window": MAX_WINDOW, "staged": l.shared_bytes.saturating_sub(rules::qsa_select_fixed_bytes(l.threads)) / 4,
-        }),
-        Op::Softmax { n } | Op::Argmax { n } => json!({ "n": n }),
-    };
-    merge(ctx, extra)
-}
-
-/// `a` with `b`'s fields added.
-fn merge(mut a: Value, b: Value) -> Value {
-    if let (Value::Object(a), Value::Object(b)) = (&mut a, b) {
-        a.extend(b);
+    if let (Value::Object(ctx), Value::Object(extra)) = (&mut ctx, spec.op.def().context(spec, target)) {
+        ctx.extend(extra);
     }
-    a
+    ctx
 }
 
-/// A GEMV's weight addressing: for an expert product, the union's routing and the
-/// expert's matrix in its pool (see `ops/expert_select`); else the one matrix.
-fn experts(spec: &KernelSpec) -> Value {
-    let Op::ExpertGemv { quant, rows, cols, used, experts, input, .. } = &spec.op else {
-        return json!({ "experts": false, "w_base": "", "w_len": format!("{}ull", fixed(spec, "w")) });
-    };
-    let matrix_bytes = u64::from(*rows) * quant.row_bytes(u64::from(*cols)).unwrap_or(0);
-    let layout = RouteLayout::new(*experts, *used);
-    json!({
-        "experts": experts, "used": used, "choice_input": *input == ExpertInput::Choice,
-        "matrix_bytes": matrix_bytes, "max_window": MAX_WINDOW,
-        "pick_base": layout.pick(0, 0), "route_len": layout.len(),
-        "w_base": format!("(u64)slot * {matrix_bytes}u + "),
-        "w_len": format!("(u64)slots * {matrix_bytes}u"),
-    })
-}
-
-/// Lower-case hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// A kernel's parameter list, from its record: the buffers (`const` unless written,
+/// `restrict` unless the op may run in place), then the scalars, then a `--checked`
+/// build's error buffer (`STRATA_ERR_PARAM`, empty otherwise).
+pub fn signature(spec: &KernelSpec) -> String {
+    let restrict = if spec.op.def().in_place() { "" } else { " STRATA_RESTRICT" };
+    let mut params: Vec<String> = spec
+        .buffers
+        .iter()
+        .filter(|b| b.name != ERROR_BUFFER)
+        .map(|b| {
+            let ty = match b.elem {
+                Elem::U8 => "u8",
+                Elem::F32 => "float",
+                Elem::F16 => "u16",
+                Elem::I32 => "i32",
+            };
+            format!("{}{ty}*{restrict} {}", if b.writes { "" } else { "const " }, b.name)
+        })
+        .collect();
+    params.extend(spec.scalars.iter().map(|s| format!("u32 {}", s.name)));
+    format!("{} STRATA_ERR_PARAM", params.join(", "))
 }
 
 /// Makes a kernel spin forever (the `hang` fault): a volatile loop at the top of its
@@ -468,15 +341,6 @@ fn plant_hang(text: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn c_floats_read_back_exactly() {
-        for v in [1e-5f32, 1e-6, 0.125, 1.0 / 8f32.sqrt(), 100_000.0] {
-            let s = c_float(v);
-            let back: f32 = s.trim_end_matches('f').parse().expect("a float");
-            assert_eq!(back.to_bits(), v.to_bits(), "{s}");
-        }
-    }
 
     #[test]
     fn every_template_parses() {

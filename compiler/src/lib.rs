@@ -8,9 +8,12 @@
 pub mod artifacts;
 pub mod build;
 pub mod check;
+pub mod digest;
 pub mod emit;
+pub mod forward;
 pub mod inspect;
 pub mod model;
+pub mod ops;
 pub mod pack;
 pub mod plan;
 pub mod quant;

@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+use crate::ops::RopeStyle;
 use crate::pack::{Pack, PackError, PackErrorKind};
 use crate::quant::GgmlType;
 
@@ -44,6 +45,25 @@ impl Family {
     /// Whether the FFN is a mixture of experts.
     pub fn is_moe(self) -> bool {
         self == Family::Qwen3Moe
+    }
+
+    /// How RoPE pairs a head's elements: llama's GGUF conversion permutes q/k rows for
+    /// adjacent pairs; the Qwen families rotate halves (GPT-NeoX).
+    pub fn rope_style(self) -> RopeStyle {
+        match self {
+            Family::Llama => RopeStyle::Normal,
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => RopeStyle::Neox,
+        }
+    }
+
+    /// Whether the Q, K and V projections add a bias (`attn_{q,k,v}.bias`).
+    pub fn qkv_bias(self) -> bool {
+        self == Family::Qwen2
+    }
+
+    /// Whether queries and keys are RMS-normed per head (`attn_{q,k}_norm`) before RoPE.
+    pub fn qk_norm(self) -> bool {
+        matches!(self, Family::Qwen3 | Family::Qwen3Moe)
     }
 }
 
@@ -277,12 +297,12 @@ impl ModelDesc {
             add(b("attn_q.weight"), &[e, q], Role::Linear);
             add(b("attn_k.weight"), &[e, k], Role::Linear);
             add(b("attn_v.weight"), &[e, vv], Role::Linear);
-            if self.family == Family::Qwen2 {
+            if self.family.qkv_bias() {
                 add(b("attn_q.bias"), &[q], Role::Bias);
                 add(b("attn_k.bias"), &[k], Role::Bias);
                 add(b("attn_v.bias"), &[vv], Role::Bias);
             }
-            if matches!(self.family, Family::Qwen3 | Family::Qwen3Moe) {
+            if self.family.qk_norm() {
                 add(b("attn_q_norm.weight"), &[u64::from(self.head_dim_k)], Role::Norm);
                 add(b("attn_k_norm.weight"), &[u64::from(self.head_dim_k)], Role::Norm);
             }

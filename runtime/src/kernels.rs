@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use strata_compiler::plan::{Int8Dot, KernelSpec, Op, Options, rules};
+use strata_compiler::ops::{self, Op};
+use strata_compiler::plan::{Int8Dot, KernelSpec, Options, rules};
 use strata_compiler::target::Target;
 
 use crate::backend::RunError;
@@ -68,7 +69,7 @@ impl Kernels {
             return Some(options.qsa_block.unwrap_or_else(|| rules::qsa_block(target)));
         }
         self.by_name.values().find_map(|k| match k.op {
-            Op::RopeStore { block, .. } => Some(block),
+            Op::RopeStore(ops::RopeStore { block, .. }) => Some(block),
             _ => None,
         })
     }

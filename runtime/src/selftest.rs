@@ -13,7 +13,8 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
 use strata_compiler::artifacts::Manifest;
-use strata_compiler::plan::{ERROR_BUFFER, Elem, Extent, KernelSpec, Op};
+use strata_compiler::ops::{self, Op};
+use strata_compiler::plan::{ERROR_BUFFER, Elem, Extent, KernelSpec};
 use strata_compiler::quant::{self as random, GgmlType};
 
 use crate::backend::cpu::Cpu;
@@ -66,26 +67,26 @@ impl Outcome {
 /// Per-op tolerance, relative to the largest reference magnitude of the output.
 fn tolerance(op: &Op) -> f64 {
     match op {
-        Op::Gemv { .. } | Op::ExpertGemv { .. } | Op::Attention { .. } | Op::AttentionMerge { .. } => 2e-4,
+        Op::Gemv(_) | Op::ExpertGemv(_) | Op::Attention(_) | Op::AttentionMerge(_) => 2e-4,
         // Expert ids exactly (one off in a list of 8 is 1e-1); weights through approximate exp.
-        Op::MoeRoute { .. } => 2e-6,
-        Op::MoeSum { .. } => 1e-6,
-        Op::RmsNorm { .. } | Op::AddRmsNorm { .. } | Op::Softmax { .. } => 1e-4,
+        Op::MoeRoute(_) => 2e-6,
+        Op::MoeSum(_) => 1e-6,
+        Op::RmsNorm(_) | Op::AddRmsNorm(_) | Op::Softmax(_) => 1e-4,
         // f16 cache entries may round to the neighbouring value.
-        Op::RopeStore { .. } => 1e-3,
-        Op::SiluMul { .. } | Op::Add { .. } | Op::Embed { .. } => 1e-5,
+        Op::RopeStore(_) => 1e-3,
+        Op::SiluMul(_) | Op::Add(_) | Op::Embed(_) => 1e-5,
         // The same float operations as the CPU's: bit for bit.
-        Op::Argmax { .. } | Op::QuantizeQ8 { .. } | Op::QsaScore { .. } | Op::QsaSelect { .. } => 0.0,
+        Op::Argmax(_) | Op::QuantizeQ8(_) | Op::QsaScore(_) | Op::QsaSelect(_) => 0.0,
     }
 }
 
 /// The scalar value a test launch uses.
 fn test_scalar(spec: &KernelSpec, name: &str) -> u32 {
     let block = match spec.op {
-        Op::RopeStore { block, .. }
-        | Op::Attention { block, .. }
-        | Op::QsaScore { block, .. }
-        | Op::QsaSelect { block, .. } => block,
+        Op::RopeStore(ops::RopeStore { block, .. })
+        | Op::Attention(ops::Attention { block, .. })
+        | Op::QsaScore(ops::QsaScore { block, .. })
+        | Op::QsaSelect(ops::QsaSelect { block, .. }) => block,
         _ => 1,
     };
     let v = match name {
@@ -105,7 +106,7 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
     let n = elems as usize;
     // An int8 GEMV's quantized input: quants and (scale, sum) must agree, so both come
     // from the same random activations.
-    if matches!(spec.op, Op::Gemv { .. } | Op::ExpertGemv { .. }) && (b.name == "xq" || b.name == "xd") {
+    if matches!(spec.op, Op::Gemv(_) | Op::ExpertGemv(_)) && (b.name == "xq" || b.name == "xd") {
         let floats = if b.name == "xq" { n } else { n * 16 };
         let x = random::random_floats(&mut ChaCha8Rng::seed_from_u64(0xac71), floats, 1.0);
         let (xq, xd) = crate::backend::cpu::quantize_q8(&x);
@@ -113,7 +114,7 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
     }
     // Sparse attention's block lists: TEST_BUDGET blocks per (token, KV head), every
     // other one back from the token's newest, in ascending order.
-    if let Op::Attention { kv_heads, block, sparse: true, .. } = spec.op
+    if let Op::Attention(ops::Attention { kv_heads, block, sparse: true, .. }) = spec.op
         && (b.name == "list" || b.name == "count")
     {
         let n_blocks = test_scalar(spec, "n_blocks") as usize;
@@ -136,7 +137,7 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
     }
     // An expert product's routing: a window of `window` tokens routed by random logits,
     // the experts spread over the test's slots.
-    if let Op::ExpertGemv { window, used, experts, .. } = spec.op
+    if let Op::ExpertGemv(ops::ExpertGemv { window, used, experts, .. }) = spec.op
         && (b.name == "route" || b.name == "slot_of")
     {
         let mut routing = ChaCha8Rng::seed_from_u64(0x0e4e);
@@ -144,14 +145,14 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
             return Ok((0..n).flat_map(|_| (routing.random_range(0..TEST_SLOTS) as i32).to_le_bytes()).collect());
         }
         let logits = random::random_floats(&mut routing, (window * experts) as usize, 1.0);
-        let layout = strata_compiler::plan::RouteLayout::new(experts, used);
+        let layout = strata_compiler::ops::RouteLayout::new(experts, used);
         let mut route = vec![0i32; n];
         let mut weights = vec![0f32; (strata_compiler::plan::MAX_WINDOW * used) as usize];
         crate::backend::cpu::moe_route(&logits, experts as usize, layout, &mut route, &mut weights);
         return Ok(route.iter().flat_map(|v| v.to_le_bytes()).collect());
     }
     // The merge's split counts: 1 to the most there are.
-    if let (Op::AttentionMerge { .. }, strata_compiler::plan::Tuning::Attention(t)) = (&spec.op, &spec.tuning)
+    if let (Op::AttentionMerge(_), strata_compiler::plan::Tuning::Attention(t)) = (&spec.op, &spec.tuning)
         && b.name == "splits"
     {
         return Ok((0..n).flat_map(|_| (rng.random_range(1..=t.splits) as i32).to_le_bytes()).collect());
@@ -161,7 +162,7 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
         Elem::F16 => (0..n).flat_map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)).to_le_bytes()).collect(),
         Elem::I32 => {
             let bound = match spec.op {
-                Op::Embed { vocab, .. } if b.name == "ids" => vocab,
+                Op::Embed(ops::Embed { vocab, .. }) if b.name == "ids" => vocab,
                 _ => 1,
             };
             (0..n)
@@ -170,7 +171,9 @@ fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8R
         }
         Elem::U8 => {
             let ty = match spec.op {
-                Op::Gemv { quant, .. } | Op::Embed { quant, .. } | Op::ExpertGemv { quant, .. } => quant,
+                Op::Gemv(ops::Gemv { quant, .. })
+                | Op::Embed(ops::Embed { quant, .. })
+                | Op::ExpertGemv(ops::ExpertGemv { quant, .. }) => quant,
                 _ => GgmlType::F32,
             };
             let mut out = vec![0u8; n];
@@ -244,7 +247,9 @@ pub fn test_kernel(
     // (quantizing the reference's `y` instead could flip a quant at a rounding boundary).
     let fused_q8 = matches!(
         spec.op,
-        Op::AddRmsNorm { q8: true, .. } | Op::SiluMul { q8: true, .. } | Op::AttentionMerge { q8: true, .. }
+        Op::AddRmsNorm(ops::AddRmsNorm { q8: true, .. })
+            | Op::SiluMul(ops::SiluMul { q8: true, .. })
+            | Op::AttentionMerge(ops::AttentionMerge { q8: true, .. })
     );
     let mut device_out = std::collections::HashMap::new();
     for (name, _, d, _, len) in &outputs {

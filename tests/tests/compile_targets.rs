@@ -6,8 +6,9 @@ use std::path::Path;
 
 use strata_compiler::artifacts::{self, CompileError, Request, Stage};
 use strata_compiler::build::{Resources, Toolchain};
+use strata_compiler::ops::{self, Op};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{Int8Dot, Op, Options, Tuning};
+use strata_compiler::plan::{Int8Dot, Options, Tuning};
 use strata_compiler::target::{self, Target, Vendor};
 use strata_tests::{every_type_packs, toolchain};
 
@@ -45,7 +46,7 @@ fn every_kernel_compiles_for_every_target_without_spills() {
                 assert_eq!(waits, k.spec.launch.grid_dependency, "{} {}", target.name, k.spec.name);
                 assert_eq!(waits, target.features.grid_dependency, "{} {}", target.name, k.spec.name);
                 assert!(out.join(&k.source).exists(), "{}", k.source);
-                if let Op::Gemv { quant, .. } | Op::ExpertGemv { quant, .. } = k.spec.op {
+                if let Op::Gemv(ops::Gemv { quant, .. }) | Op::ExpertGemv(ops::ExpertGemv { quant, .. }) = k.spec.op {
                     types.insert(quant);
                 }
                 match (&target.vendor, &k.resources) {
@@ -71,7 +72,10 @@ fn every_kernel_compiles_for_every_target_without_spills() {
 
 /// The verify windows the GEMVs of `m` were compiled for.
 fn gemv_windows(m: &artifacts::Manifest) -> std::collections::BTreeSet<u32> {
-    m.kernels.iter().filter_map(|k| if let Op::Gemv { window, .. } = k.spec.op { Some(window) } else { None }).collect()
+    m.kernels
+        .iter()
+        .filter_map(|k| if let Op::Gemv(ops::Gemv { window, .. }) = k.spec.op { Some(window) } else { None })
+        .collect()
 }
 
 /// gfx1100's shipped facts with `edits` (text replacements) applied, as a target file in `dir`.
@@ -114,7 +118,7 @@ fn test_packs_compile_for_amd_with_windows_to_16_also_checked() {
                 let m = compile(pack, &target, options, &out, &tools)
                     .unwrap_or_else(|e| panic!("{} {}: {e}", target.name, paths[i].display()));
                 assert_eq!(gemv_windows(&m), (1..=16).collect(), "{}", target.name);
-                assert!(m.kernels.iter().any(|k| matches!(k.spec.op, Op::QsaScore { .. })));
+                assert!(m.kernels.iter().any(|k| matches!(k.spec.op, Op::QsaScore(_))));
                 for k in &m.kernels {
                     let r = &k.resources;
                     let fits = matches!(r, Resources::CodeObject { occupancy, .. } if *occupancy > 0);
@@ -168,12 +172,12 @@ fn int8_gemvs_compile_for_every_target_without_spills_also_checked() {
                 .kernels
                 .iter()
                 .filter_map(|k| match (&k.spec.op, &k.spec.tuning) {
-                    (Op::Gemv { quant, .. }, Tuning::GemvQ8(_)) => Some(*quant),
+                    (Op::Gemv(ops::Gemv { quant, .. }), Tuning::GemvQ8(_)) => Some(*quant),
                     _ => None,
                 })
                 .collect();
             assert_eq!(int8.len(), strata_compiler::plan::rules::INT8_DOT.len(), "{}: {int8:?}", target.name);
-            assert!(m.kernels.iter().any(|k| matches!(k.spec.op, Op::QuantizeQ8 { .. })));
+            assert!(m.kernels.iter().any(|k| matches!(k.spec.op, Op::QuantizeQ8(_))));
             for k in &m.kernels {
                 let spills = k.resources.spills().filter(|s| *s > 0);
                 assert_eq!(spills, None, "{} {}: {:?}", target.name, k.spec.name, k.resources);

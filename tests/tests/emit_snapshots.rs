@@ -4,8 +4,9 @@
 
 use strata_compiler::emit::{self, Dialect};
 use strata_compiler::model::ModelDesc;
+use strata_compiler::ops::{self, Op};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{self, Op, Options, Plan};
+use strata_compiler::plan::{self, Options, Plan};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::Preset;
 use strata_compiler::target::{self, Target};
@@ -24,7 +25,9 @@ fn representative(plan: &Plan) -> Vec<&str> {
     plan.kernels
         .iter()
         .filter(|k| match k.op {
-            Op::Gemv { quant, rows, window, .. } => window <= 2 && rows == 256 && seen.insert((quant, window)),
+            Op::Gemv(ops::Gemv { quant, rows, window, .. }) => {
+                window <= 2 && rows == 256 && seen.insert((quant, window))
+            }
             _ => true,
         })
         .map(|k| k.name.as_str())

@@ -7,7 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use strata_compiler::plan::{Int8Dot, MAX_WINDOW, RouteLayout};
+use strata_compiler::ops::RouteLayout;
+use strata_compiler::plan::{Int8Dot, MAX_WINDOW};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::Preset;
 use strata_runtime::backend::cpu::{moe_route, route_weights, top_experts};

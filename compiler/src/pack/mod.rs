@@ -191,7 +191,7 @@ impl Pack {
             h.update((s.bytes.len() as u64).to_le_bytes());
             h.update(&s.bytes[..s.header_len]);
         }
-        crate::emit::hex(&h.finalize())
+        crate::digest::hex(&h.finalize())
     }
 
     /// `general.architecture`.

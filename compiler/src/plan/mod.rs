@@ -10,7 +10,9 @@ pub mod rules;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Family, ModelDesc, Role};
+use crate::forward::Forward;
+use crate::model::{ModelDesc, Role};
+use crate::ops::{self, ExpertInput, Op};
 use crate::pack::{Pack, TensorInfo};
 use crate::quant::GgmlType;
 use crate::target::Target;
@@ -65,10 +67,6 @@ pub enum Int8Dot {
     Never,
 }
 
-fn is_zero(v: &u32) -> bool {
-    *v == 0
-}
-
 impl Int8Dot {
     fn is_auto(&self) -> bool {
         *self == Int8Dot::Auto
@@ -119,363 +117,6 @@ impl Fault {
         match self {
             Fault::Wrong(k) | Fault::Hang(k) => k,
         }
-    }
-}
-
-/// RoPE pairing: which two elements of a head rotate together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RopeStyle {
-    /// Adjacent pairs (2i, 2i+1): llama as converted to GGUF (q/k rows permuted).
-    Normal,
-    /// Halves (i, i + d/2): the GPT-NeoX layout of Qwen2/Qwen3.
-    Neox,
-}
-
-/// The operation a kernel performs, with the shapes it is specialized on.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum Op {
-    /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t < window`: a quantized matrix-vector
-    /// product over a window of `window` input columns (1 = plain decode; more = the
-    /// speculative verify window, reading the weights once for all columns).
-    Gemv {
-        /// Weight type.
-        quant: GgmlType,
-        /// Output features (weight rows).
-        rows: u32,
-        /// Input features (row length).
-        cols: u32,
-        /// Columns per launch.
-        window: u32,
-    },
-    /// Quantizes rows of `cols` floats to int8 per 32-element chunk (scale = max |x| / 127,
-    /// round half away from zero), with each chunk's scale and sum of quants: the input of
-    /// the int8-dot GEMVs, made once and read by every product of the same input.
-    QuantizeQ8 {
-        /// Row length.
-        cols: u32,
-    },
-    /// `y[r] = x[r] · w / sqrt(mean(x[r]²) + eps)` over rows of `n`.
-    RmsNorm {
-        /// Row length.
-        n: u32,
-        /// Epsilon.
-        eps: f32,
-        /// `[q, k]`: the rows are a token's `q` query heads then its `k` key heads (a
-        /// decode step's Q·K·V product), `w` holds the query norm then the key norm, and
-        /// each row takes its own: qwen3's per-head norms in one launch.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        qk: Option<[u32; 2]>,
-    },
-    /// `sum[r] = a[r] + b[r]`, then `y[r] = rmsnorm(sum[r]) · w`: the residual add and the
-    /// next norm in one pass (one launch instead of two, each row read once).
-    AddRmsNorm {
-        /// Row length.
-        n: u32,
-        /// Epsilon.
-        eps: f32,
-        /// Also writes `y` quantized to int8 (as [`Op::QuantizeQ8`] would), for int8-dot
-        /// GEMVs that read it: one launch fewer.
-        #[serde(default)]
-        q8: bool,
-        /// With `k` > 0, `b` is the experts' output of a mixture-of-experts layer:
-        /// `b[r] = Σ_j weights[r][j] · parts[r·k + j]` (as [`Op::MoeSum`]), summed here
-        /// instead of by a launch of its own.
-        #[serde(default, skip_serializing_if = "is_zero")]
-        experts: u32,
-    },
-    /// Rotary embedding of a window's Q heads (in place) and K heads, and the rotated K
-    /// and V rows stored to the f16 caches at positions from `pos[0]`: one launch for
-    /// everything between the projections and attention. Angles come from a
-    /// host-computed (cos, sin) table; the position from a device buffer, so a captured
-    /// decode step replays as is.
-    ///
-    /// It also keeps QSA's key summaries: for every `block`-position KV block the window
-    /// writes into, the element-wise min and max over that block's keys so far (positions
-    /// `block·b` to the window's last), per KV head, recomputed whole from the cache. A
-    /// rewound position is therefore never in a summary once it is overwritten, and every
-    /// block before the current one is summarized exactly. Layout [KV head][block]
-    /// [dimension][min, max]: a block's summary is one contiguous read.
-    RopeStore {
-        /// Pairing.
-        style: RopeStyle,
-        /// Query heads.
-        heads: u32,
-        /// Key/value heads.
-        kv_heads: u32,
-        /// Head length.
-        head_dim: u32,
-        /// Leading dimensions of each head that rotate.
-        rope_dims: u32,
-        /// KV positions per summary block.
-        block: u32,
-    },
-    /// `y[i] = silu(gate[i]) · up[i]` over rows of `n`.
-    SiluMul {
-        /// Row length.
-        n: u32,
-        /// Also writes `y` quantized to int8, as [`Op::AddRmsNorm`]'s `q8`.
-        #[serde(default)]
-        q8: bool,
-        /// Gate and up are one input `gate_up` whose rows are `[gate (n) | up (n)]`, as
-        /// the experts' stacked gate·up product writes them.
-        #[serde(default)]
-        paired: bool,
-    },
-    /// Mixture-of-experts routing of a window: each token's `used` experts of the largest
-    /// router logits (ties: the lower expert) with weights the softmax over those logits
-    /// (Qwen3-MoE's normalized top-k probabilities), and the window's union of chosen
-    /// experts in ascending order with, per union entry and token, which of the token's
-    /// choices it is. Layout: [`RouteLayout`].
-    MoeRoute {
-        /// Experts per layer.
-        experts: u32,
-        /// Experts each token uses.
-        used: u32,
-    },
-    /// The selected experts' products of a window in one launch: grid row `u` takes the
-    /// union's expert `u` (its matrix at slot `slot_of[expert]` of a pool of matrices)
-    /// and multiplies it with the input of every token that chose it, reading the
-    /// weights once for all of them; the result of token `t`'s choice `j` goes to row
-    /// `t·used + j` of `y`. Always on the int8 path ([`rules::gemv_q8`] tuning).
-    ExpertGemv {
-        /// Weight type.
-        quant: GgmlType,
-        /// Output features of one expert's matrix.
-        rows: u32,
-        /// Input features.
-        cols: u32,
-        /// Tokens per launch.
-        window: u32,
-        /// Experts each token uses.
-        used: u32,
-        /// Experts per layer.
-        experts: u32,
-        /// Which input row a choice reads.
-        input: ExpertInput,
-    },
-    /// `y[t][c] = Σ_j weights[t][j] · parts[t·used + j][c]` in ascending `j`: the experts'
-    /// outputs combined with their routing weights.
-    MoeSum {
-        /// Row length.
-        n: u32,
-        /// Experts each token uses.
-        used: u32,
-    },
-    /// `y[i] = a[i] + b[i]` over rows of `n`; with `broadcast`, `b` is one row added to
-    /// every row (biases).
-    Add {
-        /// Row length.
-        n: u32,
-        /// Whether `b` is a single row.
-        broadcast: bool,
-    },
-    /// Gathers and dequantizes rows of the token-embedding table.
-    Embed {
-        /// Table type.
-        quant: GgmlType,
-        /// Embedding width.
-        cols: u32,
-        /// Table rows.
-        vocab: u32,
-    },
-    /// Attention of each token of a window at `pos[0]`, one query per head, over the f16
-    /// KV cache, causal (token `t` sees positions up to `pos[0] + t`; grouped-query), split
-    /// over the KV positions (flash decoding): block (KV head, token, split) writes each
-    /// query head's partial softmax state `[max, sum, acc[head_dim]]` for its share, and
-    /// [`Op::AttentionMerge`] combines the shares.
-    ///
-    /// The positions are taken `block` at a time: with `sparse`, the blocks QSA selected
-    /// for the (token, KV head) (`list`, `count`: see [`Op::QsaSelect`]); otherwise every
-    /// block up to the token's. How many splits a token uses depends only on how many
-    /// blocks it reads (see [`AttentionTuning`]), so a token's result is the same in any
-    /// window, and selecting every block equals dense attention bit for bit.
-    Attention {
-        /// Query heads.
-        heads: u32,
-        /// KV heads.
-        kv_heads: u32,
-        /// Head length.
-        head_dim: u32,
-        /// Score scale, 1/sqrt(head_dim).
-        scale: f32,
-        /// KV positions per block.
-        block: u32,
-        /// Whether it reads QSA's selected blocks.
-        sparse: bool,
-    },
-    /// Combines [`Op::Attention`]'s split partial states into each (token, head)'s output:
-    /// `Σ_s acc_s·e^(m_s−M) / Σ_s l_s·e^(m_s−M)` over the splits the token used.
-    AttentionMerge {
-        /// Query heads.
-        heads: u32,
-        /// Head length.
-        head_dim: u32,
-        /// Also writes the output quantized to int8, for the int8-dot output projection.
-        #[serde(default)]
-        q8: bool,
-    },
-    /// QSA's block scores (Quest): for each token `t` of a window, KV head and KV block
-    /// `b`, the largest over the group's query heads of the bound
-    /// `U = Σ_i max(q_i·min_i, q_i·max_i)` on any `q·k` of the block, from the key
-    /// summaries [`Op::RopeStore`] keeps, in f32 in the order
-    /// [`rules::qsa_score_lanes`] fixes for every target. The first block and the token's
-    /// newest block score +∞ (always kept), blocks past it −∞. A block's summary is read
-    /// once for every query of the window.
-    QsaScore {
-        /// Query heads.
-        heads: u32,
-        /// KV heads.
-        kv_heads: u32,
-        /// Head length.
-        head_dim: u32,
-        /// KV positions per block.
-        block: u32,
-    },
-    /// QSA's selection: for each (token, KV head), the `budget` blocks of the largest
-    /// score among the token's `pos/block + 1` (ties: the lower block), listed in
-    /// ascending order, and their count; every block where there are no more than
-    /// `budget`. Each token selects for itself, so a verify window selects exactly what
-    /// decoding its tokens one by one would.
-    QsaSelect {
-        /// KV heads.
-        kv_heads: u32,
-        /// KV positions per block.
-        block: u32,
-    },
-    /// In-place softmax over rows of `n`.
-    Softmax {
-        /// Row length.
-        n: u32,
-    },
-    /// Index of the largest value of each row of `n` (first on ties).
-    Argmax {
-        /// Row length.
-        n: u32,
-    },
-}
-
-impl Op {
-    /// The op's short name, as in kernel names and templates.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Op::Gemv { .. } => "gemv",
-            Op::QuantizeQ8 { .. } => "quantize_q8",
-            Op::RmsNorm { .. } => "rmsnorm",
-            Op::AddRmsNorm { .. } => "add_rmsnorm",
-            Op::RopeStore { .. } => "rope_store",
-            Op::SiluMul { .. } => "silu_mul",
-            Op::MoeRoute { .. } => "moe_route",
-            Op::ExpertGemv { .. } => "expert_gemv",
-            Op::MoeSum { .. } => "moe_sum",
-            Op::Add { .. } => "add",
-            Op::Embed { .. } => "embed",
-            Op::Attention { .. } => "attention",
-            Op::AttentionMerge { .. } => "attention_merge",
-            Op::QsaScore { .. } => "qsa_score",
-            Op::QsaSelect { .. } => "qsa_select",
-            Op::Softmax { .. } => "softmax",
-            Op::Argmax { .. } => "argmax",
-        }
-    }
-
-    /// The kernel name: op and every shape it is specialized on.
-    pub fn kernel_name(&self) -> String {
-        let q = |t: &GgmlType| t.name().to_ascii_lowercase();
-        match self {
-            Op::Gemv { quant, rows, cols, window: 1 } => format!("gemv_{}_{rows}x{cols}", q(quant)),
-            Op::Gemv { quant, rows, cols, window } => format!("gemv_{}_{rows}x{cols}_t{window}", q(quant)),
-            Op::QuantizeQ8 { cols } => format!("quantize_q8_{cols}"),
-            Op::RmsNorm { n, qk: None, .. } => format!("rmsnorm_{n}"),
-            Op::RmsNorm { n, qk: Some([q, k]), .. } => format!("rmsnorm_qk{q}x{k}_{n}"),
-            Op::AddRmsNorm { n, q8, experts, .. } => {
-                let moe = if *experts > 0 { format!("_moe{experts}") } else { String::new() };
-                format!("add_rmsnorm{moe}{}_{n}", if *q8 { "_q8" } else { "" })
-            }
-            Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims, block } => {
-                let style = if *style == RopeStyle::Neox { "neox" } else { "normal" };
-                let partial = if rope_dims == head_dim { String::new() } else { format!("_r{rope_dims}") };
-                format!("rope_store_{style}_{heads}x{kv_heads}x{head_dim}{partial}_b{block}")
-            }
-            Op::SiluMul { n, q8, paired } => {
-                format!("silu_mul{}{}_{n}", if *paired { "_paired" } else { "" }, if *q8 { "_q8" } else { "" })
-            }
-            Op::MoeRoute { experts, used } => format!("moe_route_{experts}x{used}"),
-            Op::ExpertGemv { quant, rows, cols, window, used, experts, input } => {
-                let input = match input {
-                    ExpertInput::Token => "",
-                    ExpertInput::Choice => "_choice",
-                };
-                format!("expert_gemv{input}_{}_{experts}x{rows}x{cols}_k{used}_t{window}", q(quant))
-            }
-            Op::MoeSum { n, used } => format!("moe_sum_{n}_k{used}"),
-            Op::Add { n, broadcast: false } => format!("add_{n}"),
-            Op::Add { n, broadcast: true } => format!("add_bias_{n}"),
-            Op::Embed { quant, cols, vocab } => format!("embed_{}_{vocab}x{cols}", q(quant)),
-            Op::Attention { heads, kv_heads, head_dim, block, sparse, .. } => {
-                let kind = if *sparse { "attention_sparse" } else { "attention" };
-                format!("{kind}_{heads}x{kv_heads}x{head_dim}_b{block}")
-            }
-            Op::AttentionMerge { heads, head_dim, q8 } => {
-                format!("attention_merge{}_{heads}x{head_dim}", if *q8 { "_q8" } else { "" })
-            }
-            Op::QsaScore { heads, kv_heads, head_dim, block } => {
-                format!("qsa_score_{heads}x{kv_heads}x{head_dim}_b{block}")
-            }
-            Op::QsaSelect { kv_heads, block } => format!("qsa_select_{kv_heads}_b{block}"),
-            Op::Softmax { n } => format!("softmax_{n}"),
-            Op::Argmax { n } => format!("argmax_{n}"),
-        }
-    }
-}
-
-/// The input row an expert product reads for token `t`'s choice `j`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExpertInput {
-    /// Row `t`: the token's normed hidden state (gate·up).
-    Token,
-    /// Row `t·used + j`: the choice's own activation (down).
-    Choice,
-}
-
-/// Where [`Op::MoeRoute`] leaves the window's routing in its `route` buffer (i32):
-/// `[0]` the union's size `U`; `[1 + u]` the union's experts, ascending; `[pick(u, t)]`
-/// which of token `t`'s choices expert `u` is, or −1. Sized for [`MAX_WINDOW`] tokens,
-/// so one record serves every window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RouteLayout {
-    /// Experts each token uses.
-    pub used: u32,
-    /// The largest union: `min(MAX_WINDOW · used, experts)`.
-    pub capacity: u32,
-}
-
-impl RouteLayout {
-    /// The layout for a layer of `experts` experts, `used` a token.
-    pub fn new(experts: u32, used: u32) -> RouteLayout {
-        RouteLayout { used, capacity: (MAX_WINDOW * used).min(experts) }
-    }
-
-    /// Index of `pick(u, t)`.
-    pub fn pick(&self, u: u32, t: u32) -> u32 {
-        1 + self.capacity + u * MAX_WINDOW + t
-    }
-
-    /// i32s of the `route` buffer.
-    pub fn len(&self) -> u32 {
-        1 + self.capacity * (1 + MAX_WINDOW)
-    }
-
-    /// Always false: the count is always there.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    /// The largest union of a window of `window` tokens.
-    pub fn union(&self, window: u32) -> u32 {
-        (window * self.used).min(self.capacity)
     }
 }
 
@@ -741,7 +382,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
                 what: format!("row length {cols} is not a multiple of 32, which every GEMV kernel needs"),
             });
         }
-        ops.extend((1..=max_window).map(|window| Op::Gemv { quant: t.ty, rows, cols, window }));
+        ops.extend((1..=max_window).map(|window| Op::Gemv(ops::Gemv { quant: t.ty, rows, cols, window })));
     }
 
     // Decode (window 1) fuses the projections that read the same input: Q, K and V in
@@ -757,92 +398,53 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         }
     }
 
-    if let Some(experts) = model.experts {
-        ops.extend(expert_ops(model, pack, experts, max_window)?);
-        ops.push(Op::AddRmsNorm { n: model.embd, eps: model.rms_eps, q8: false, experts: experts.used });
-    }
-
-    let embd = pack.tensor("token_embd.weight").map(|t| t.ty).unwrap_or(GgmlType::F32);
-    let style = if model.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
     let block = options.qsa_block.unwrap_or_else(|| rules::qsa_block(target));
     if !(1..=rules::MAX_QSA_BLOCK).contains(&block) {
         return Err(PlanError::QsaBlock(block));
     }
-    let scale = 1.0 / (model.head_dim_k as f32).sqrt();
-    let ffn = model.experts.map_or(model.ffn, |x| x.ffn);
-    ops.extend([
-        Op::Embed { quant: embd, cols: model.embd, vocab: model.vocab },
-        Op::RmsNorm { n: model.embd, eps: model.rms_eps, qk: None },
-        Op::AddRmsNorm { n: model.embd, eps: model.rms_eps, q8: false, experts: 0 },
-        Op::RopeStore {
-            style,
-            heads: model.heads,
-            kv_heads: model.kv_heads,
-            head_dim: model.head_dim_k,
-            rope_dims: model.rope_dims,
-            block,
-        },
-        Op::Attention {
-            heads: model.heads,
-            kv_heads: model.kv_heads,
-            head_dim: model.head_dim_k,
-            scale,
-            block,
-            sparse: false,
-        },
-        Op::Attention {
-            heads: model.heads,
-            kv_heads: model.kv_heads,
-            head_dim: model.head_dim_k,
-            scale,
-            block,
-            sparse: true,
-        },
-        Op::AttentionMerge { heads: model.heads, head_dim: model.head_dim_k, q8: false },
-        Op::QsaScore { heads: model.heads, kv_heads: model.kv_heads, head_dim: model.head_dim_k, block },
-        Op::QsaSelect { kv_heads: model.kv_heads, block },
-        Op::Add { n: model.embd, broadcast: false },
-        Op::Softmax { n: model.vocab },
-        Op::Argmax { n: model.vocab },
-    ]);
-    ops.push(Op::SiluMul { n: ffn, q8: false, paired: model.experts.is_some() });
-    if matches!(model.family, Family::Qwen3 | Family::Qwen3Moe) {
-        let (n, eps) = (model.head_dim_k, model.rms_eps);
-        ops.push(Op::RmsNorm { n, eps, qk: None });
-        ops.push(Op::RmsNorm { n, eps, qk: Some([model.heads, model.kv_heads]) });
-    }
-    if model.family == Family::Qwen2 {
-        for n in [model.heads * model.head_dim_k, model.kv_heads * model.head_dim_k] {
-            ops.push(Op::Add { n, broadcast: true });
-        }
+    let forward = Forward::new(model, block);
+    if let Some(experts) = model.experts {
+        ops.extend(expert_ops(model, pack, experts, &forward, max_window)?);
+        ops.push(forward.add_norm(false, true));
     }
 
+    let embd = pack.tensor("token_embd.weight").map(|t| t.ty).unwrap_or(GgmlType::F32);
+    ops.extend([
+        forward.embed(embd),
+        forward.norm(),
+        forward.add_norm(false, false),
+        forward.rope_store(),
+        forward.attention(false),
+        forward.attention(true),
+        forward.merge(false),
+        forward.qsa_score(),
+        forward.qsa_select(),
+        forward.residual_add(),
+        forward.softmax(),
+        forward.argmax(),
+        forward.silu_mul(false),
+    ]);
+    ops.extend(forward.head_norm());
+    ops.extend(forward.qk_norm());
+    ops.extend(forward.biases().into_iter().flatten().map(|(op, _)| op));
+
     let mut kernels: Vec<KernelSpec> = ops.into_iter().map(|op| rules::kernel_with(op, target, options)).collect();
-    // Int8-dot products read their input quantized once: one quantizer per row length.
+    // Int8-dot products read their input quantized once: one quantizer per row length,
+    // and where a norm, the attention merge or SiLU·mul makes that input, that kernel
+    // quantizes it.
     let q8_cols: std::collections::BTreeSet<u32> = kernels
         .iter()
         .filter_map(|k| match (&k.op, &k.tuning) {
-            (Op::Gemv { cols, .. } | Op::ExpertGemv { cols, .. }, Tuning::GemvQ8(_)) => Some(*cols),
+            (Op::Gemv(ops::Gemv { cols, .. }) | Op::ExpertGemv(ops::ExpertGemv { cols, .. }), Tuning::GemvQ8(_)) => {
+                Some(*cols)
+            }
             _ => None,
         })
         .collect();
-    // Where such products read a norm's or SiLU·mul's output, that kernel quantizes it.
-    let (embd, eps) = (model.embd, model.rms_eps);
-    if q8_cols.contains(&embd) {
-        kernels.push(rules::kernel(Op::AddRmsNorm { n: embd, eps, q8: true, experts: 0 }, target));
-        if let Some(x) = model.experts {
-            kernels.push(rules::kernel(Op::AddRmsNorm { n: embd, eps, q8: true, experts: x.used }, target));
-        }
+    for &cols in &q8_cols {
+        kernels.extend(forward.quantizing_producers(cols).into_iter().map(|op| rules::kernel(op, target)));
+        kernels.push(rules::kernel(forward.quantize(cols), target));
     }
-    // The attention output's quants, made by the merge where its heads are whole chunks.
-    let (heads, head_dim) = (model.heads, model.head_dim_k);
-    if q8_cols.contains(&(heads * head_dim)) && head_dim % 32 == 0 {
-        kernels.push(rules::kernel(Op::AttentionMerge { heads, head_dim, q8: true }, target));
-    }
-    if q8_cols.contains(&ffn) {
-        kernels.push(rules::kernel(Op::SiluMul { n: ffn, q8: true, paired: model.experts.is_some() }, target));
-    }
-    kernels.extend(q8_cols.into_iter().map(|cols| rules::kernel(Op::QuantizeQ8 { cols }, target)));
     if options.checked {
         for k in &mut kernels {
             k.buffers.push(Buffer {
@@ -883,9 +485,10 @@ fn expert_ops(
     model: &ModelDesc,
     pack: &Pack,
     experts: crate::model::Experts,
+    forward: &Forward,
     max_window: u32,
 ) -> Result<Vec<Op>, PlanError> {
-    let (count, used, ffn, embd) = (experts.count, experts.used, experts.ffn, model.embd);
+    let (count, used) = (experts.count, experts.used);
     if count > rules::MAX_EXPERTS || used == 0 || used > count || used > 32 {
         return Err(PlanError::Shape {
             tensor: "blk.0.ffn_gate_inp.weight".into(),
@@ -895,7 +498,7 @@ fn expert_ops(
             ),
         });
     }
-    let mut ops = vec![Op::MoeRoute { experts: count, used }, Op::MoeSum { n: embd, used }];
+    let mut ops: Vec<Op> = forward.route().into_iter().chain(forward.moe_sum()).collect();
     for layer in 0..model.layers {
         let name = |n: &str| format!("blk.{layer}.{n}.weight");
         let [Some(gate), Some(up), Some(down)] =
@@ -912,18 +515,8 @@ fn expert_ops(
                 ),
             });
         }
-        for (t, rows, cols, input) in
-            [(gate, 2 * ffn, embd, ExpertInput::Token), (down, embd, ffn, ExpertInput::Choice)]
-        {
-            ops.extend((1..=max_window).map(|window| Op::ExpertGemv {
-                quant: t.ty,
-                rows,
-                cols,
-                window,
-                used,
-                experts: count,
-                input,
-            }));
+        for (t, input) in [(gate, ExpertInput::Token), (down, ExpertInput::Choice)] {
+            ops.extend((1..=max_window).filter_map(|window| forward.expert_product(t.ty, window, input)));
         }
     }
     Ok(ops)
@@ -939,5 +532,5 @@ pub fn fused_gemv(tensors: &[&TensorInfo]) -> Option<Op> {
     if !same || cols % 32 != 0 || tensors.len() < 2 {
         return None;
     }
-    Some(Op::Gemv { quant, rows: u32::try_from(rows).ok()?, cols: u32::try_from(cols).ok()?, window: 1 })
+    Some(Op::Gemv(ops::Gemv { quant, rows: u32::try_from(rows).ok()?, cols: u32::try_from(cols).ok()?, window: 1 }))
 }

@@ -5,10 +5,8 @@
 //! issue) may replace a rule's choice with a measured one; these defaults must already
 //! be good.
 
-use super::{
-    AttentionTuning, Buffer, Dim, Elem, ExpertInput, Extent, GemvQ8Tuning, GemvTuning, Int8Dot, KernelSpec, Launch,
-    MAX_WINDOW, Op, Options, RouteLayout, Scalar, Tuning,
-};
+use super::{AttentionTuning, GemvQ8Tuning, GemvTuning, Int8Dot, KernelSpec, MAX_WINDOW, Options};
+use crate::ops::Op;
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -140,374 +138,12 @@ pub fn kernel(op: Op, target: &Target) -> KernelSpec {
     kernel_with(op, target, &Options::default())
 }
 
-/// The full kernel record for `op` on `target`, with int8 GEMVs where `options.int8` says.
+/// The full kernel record for `op` on `target`, with int8 GEMVs where `options.int8` says:
+/// the op's own launch rule ([`crate::ops::KernelOp::record`]).
 pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
-    let wave = target.device.wave_size;
-    let name = op.kernel_name();
-    let rows = |name: &str| Dim::Runtime { arg: name.into(), per_block: 1 };
-    let buffer = |name: &str, elem, extent, writes| Buffer { name: name.into(), elem, extent, writes };
-    let per = |arg: &str, per_row: u32| Extent::PerArg { arg: arg.into(), per_row: u64::from(per_row) };
-    let scalar = |name: &str, max| Scalar { name: name.into(), max };
-    let launch = |grid: [Dim; 3], threads: u32, shared_bytes: u32| Launch {
-        grid,
-        threads,
-        waves: threads / wave,
-        wave_size: wave,
-        shared_bytes,
-        grid_dependency: target.features.grid_dependency,
-    };
-    let block_per_row = |n: u32, cap: u32| round_up(n.div_ceil(4), wave).clamp(wave, cap.max(wave));
-
-    let (launch, tuning, buffers, scalars) = match &op {
-        Op::Gemv { quant, rows: r, cols, window } if gemv_q8(*quant, *r, *cols, *window, target, options).is_some() => {
-            let Some(t) = gemv_q8(*quant, *r, *cols, *window, target, options) else { unreachable!("matched above") };
-            let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
-            let blocks = r.div_ceil(t.rows_per_wave * t.waves).min(target.device.compute_units * Q8_BLOCKS_PER_CU);
-            let grid = [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)];
-            let shared = t.waves * t.rows_per_wave * t.slab_bytes.next_multiple_of(16) + t.table_bytes;
-            (
-                launch(grid, t.waves * wave, shared),
-                Tuning::GemvQ8(t),
-                vec![
-                    buffer("w", Elem::U8, Extent::Fixed(u64::from(*r) * row_bytes), false),
-                    buffer("xq", Elem::U8, Extent::Fixed(u64::from(window * cols)), false),
-                    buffer("xd", Elem::F32, Extent::Fixed(u64::from(window * cols / 32 * 2)), false),
-                    buffer("y", Elem::F32, Extent::Fixed(u64::from(window * r)), true),
-                ],
-                vec![],
-            )
-        }
-        Op::ExpertGemv { quant, rows: r, cols, window, used, experts, input } => {
-            // The int8 path wherever the type and target have it (unless turned off): one
-            // launch reads the whole union's matrices, however small each is.
-            let int8 = Options { int8: options.int8.max_for_experts(), ..options.clone() };
-            let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
-            let layout = RouteLayout::new(*experts, *used);
-            let union = layout.union(*window);
-            let in_rows = match input {
-                ExpertInput::Token => *window,
-                ExpertInput::Choice => window * used,
-            };
-            let mut buffers = vec![
-                buffer("w", Elem::U8, per("slots", (u64::from(*r) * row_bytes) as u32), false),
-                buffer("route", Elem::I32, Extent::Fixed(u64::from(layout.len())), false),
-                buffer("slot_of", Elem::I32, Extent::Fixed(u64::from(*experts)), false),
-            ];
-            let (launch, tuning) = match gemv_q8(*quant, *r, *cols, *window, target, &int8) {
-                Some(t) => {
-                    let cap = (target.device.compute_units * Q8_BLOCKS_PER_CU).div_ceil(union).max(1);
-                    let blocks = r.div_ceil(t.rows_per_wave * t.waves).min(cap);
-                    let shared = t.waves * t.rows_per_wave * t.slab_bytes.next_multiple_of(16) + t.table_bytes;
-                    buffers.extend([
-                        buffer("xq", Elem::U8, Extent::Fixed(u64::from(in_rows * cols)), false),
-                        buffer("xd", Elem::F32, Extent::Fixed(u64::from(in_rows * cols / 32 * 2)), false),
-                    ]);
-                    let grid = [Dim::Fixed(blocks), Dim::Fixed(union), Dim::Fixed(1)];
-                    (launch(grid, t.waves * wave, shared), Tuning::GemvQ8(t))
-                }
-                None => {
-                    let t = gemv(*r, *cols, *window, target);
-                    let mut shared = window * (t.tile_cols / 32) * t.chunk_stride * 4;
-                    if t.split > 1 {
-                        shared += t.waves * window * 4;
-                    }
-                    buffers.push(buffer("x", Elem::F32, Extent::Fixed(u64::from(in_rows * cols)), false));
-                    let grid = [Dim::Fixed(r.div_ceil(t.rows_per_block)), Dim::Fixed(union), Dim::Fixed(1)];
-                    (launch(grid, t.waves * wave, shared), Tuning::Gemv(t))
-                }
-            };
-            buffers.push(buffer("y", Elem::F32, Extent::Fixed(u64::from(window * used * r)), true));
-            (launch, tuning, buffers, vec![scalar("slots", MAX_EXPERT_SLOTS)])
-        }
-        Op::MoeRoute { experts, used } => {
-            // A wave a token (its top-k by repeated wave argmax), as many waves as fit.
-            let threads = (WAVES_PER_BLOCK * wave).min(target.device.max_threads_per_block);
-            let layout = RouteLayout::new(*experts, *used);
-            (
-                // Per expert the tokens that chose it; per token its choices and their
-                // logits; a bit per expert.
-                launch(
-                    [Dim::Fixed(1), Dim::Fixed(1), Dim::Fixed(1)],
-                    threads,
-                    (experts + 2 * MAX_WINDOW * used + experts.div_ceil(32)) * 4,
-                ),
-                Tuning::None {},
-                vec![
-                    buffer("logits", Elem::F32, per("tokens", *experts), false),
-                    buffer("route", Elem::I32, Extent::Fixed(u64::from(layout.len())), true),
-                    buffer("weights", Elem::F32, Extent::Fixed(u64::from(MAX_WINDOW * used)), true),
-                ],
-                vec![scalar("tokens", MAX_WINDOW)],
-            )
-        }
-        Op::MoeSum { n, used } => {
-            let threads = ELEMENTWISE_THREADS.min(round_up(*n, wave));
-            (
-                launch([Dim::Fixed(n.div_ceil(threads)), rows("tokens"), Dim::Fixed(1)], threads, 0),
-                Tuning::None {},
-                vec![
-                    buffer("parts", Elem::F32, per("tokens", used * n), false),
-                    buffer("weights", Elem::F32, per("tokens", *used), false),
-                    buffer("y", Elem::F32, per("tokens", *n), true),
-                ],
-                vec![scalar("tokens", MAX_TOKENS)],
-            )
-        }
-        Op::QuantizeQ8 { cols } => {
-            // One thread per 32-element chunk; rows on grid x, chunk groups on grid y.
-            let chunks = cols / 32;
-            let threads = round_up(chunks, wave).min(ELEMENTWISE_THREADS);
-            (
-                launch([rows("rows"), Dim::Fixed(chunks.div_ceil(threads)), Dim::Fixed(1)], threads, 0),
-                Tuning::None {},
-                vec![
-                    buffer("x", Elem::F32, per("rows", *cols), false),
-                    buffer("xq", Elem::U8, per("rows", *cols), true),
-                    buffer("xd", Elem::F32, per("rows", chunks * 2), true),
-                ],
-                vec![scalar("rows", MAX_ROWS)],
-            )
-        }
-        Op::Gemv { quant, rows: r, cols, window } => {
-            let t = gemv(*r, *cols, *window, target);
-            let threads = t.waves * wave;
-            let tile_chunks = t.tile_cols / 32;
-            let mut shared = window * tile_chunks * t.chunk_stride * 4;
-            if t.split > 1 {
-                shared += t.waves * window * 4;
-            }
-            let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
-            let grid = [Dim::Fixed(r.div_ceil(t.rows_per_block)), Dim::Fixed(1), Dim::Fixed(1)];
-            (
-                launch(grid, threads, shared),
-                Tuning::Gemv(t),
-                vec![
-                    buffer("w", Elem::U8, Extent::Fixed(u64::from(*r) * row_bytes), false),
-                    buffer("x", Elem::F32, Extent::Fixed(u64::from(window * cols)), false),
-                    buffer("y", Elem::F32, Extent::Fixed(u64::from(window * r)), true),
-                ],
-                vec![],
-            )
-        }
-        Op::RmsNorm { n, qk, .. } => {
-            let threads = block_per_row(*n, NORM_THREADS);
-            let weights = if qk.is_some() { 2 * n } else { *n };
-            (
-                launch([rows("rows"), Dim::Fixed(1), Dim::Fixed(1)], threads, threads / wave * 4),
-                Tuning::None {},
-                vec![
-                    buffer("x", Elem::F32, per("rows", *n), false),
-                    buffer("w", Elem::F32, Extent::Fixed(u64::from(weights)), false),
-                    buffer("y", Elem::F32, per("rows", *n), true),
-                ],
-                vec![scalar("rows", MAX_ROWS)],
-            )
-        }
-        Op::AddRmsNorm { n, q8, experts, .. } => {
-            let threads = block_per_row(*n, NORM_THREADS);
-            let mut buffers = vec![buffer("a", Elem::F32, per("rows", *n), false)];
-            if *experts > 0 {
-                buffers.push(buffer("parts", Elem::F32, per("rows", experts * n), false));
-                buffers.push(buffer("weights", Elem::F32, per("rows", *experts), false));
-            } else {
-                buffers.push(buffer("b", Elem::F32, per("rows", *n), false));
-            }
-            buffers.extend([
-                buffer("w", Elem::F32, Extent::Fixed(u64::from(*n)), false),
-                buffer("sum", Elem::F32, per("rows", *n), true),
-                buffer("y", Elem::F32, per("rows", *n), true),
-            ]);
-            if *q8 {
-                buffers.push(buffer("xq", Elem::U8, per("rows", *n), true));
-                buffers.push(buffer("xd", Elem::F32, per("rows", n / 16), true));
-            }
-            (
-                launch([rows("rows"), Dim::Fixed(1), Dim::Fixed(1)], threads, threads / wave * 4),
-                Tuning::None {},
-                buffers,
-                vec![scalar("rows", MAX_ROWS)],
-            )
-        }
-        Op::RopeStore { heads, kv_heads, head_dim, rope_dims, .. } => {
-            let threads = round_up(head_dim / 2, wave).min(target.device.max_threads_per_block);
-            let width = kv_heads * head_dim;
-            (
-                // Blocks (j, y): Q head j of token y; or, for j past the Q heads, one KV
-                // head's rows in the y-th KV block the window writes (so one block owns
-                // each summary it recomputes).
-                launch([Dim::Fixed(heads + kv_heads), rows("tokens"), Dim::Fixed(1)], threads, 0),
-                Tuning::None {},
-                vec![
-                    buffer("q", Elem::F32, per("tokens", heads * head_dim), true),
-                    buffer("k", Elem::F32, per("tokens", width), false),
-                    buffer("v", Elem::F32, per("tokens", width), false),
-                    buffer("k_cache", Elem::F16, per("n_ctx", width), true),
-                    buffer("v_cache", Elem::F16, per("n_ctx", width), true),
-                    buffer("k_summary", Elem::F16, per("n_blocks", 2 * width), true),
-                    buffer("cos_sin", Elem::F32, per("n_ctx", *rope_dims), false),
-                    buffer("pos", Elem::I32, Extent::Fixed(1), false),
-                ],
-                vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT), scalar("n_blocks", MAX_CONTEXT)],
-            )
-        }
-        Op::SiluMul { n, .. } | Op::Add { n, .. } => {
-            let threads = ELEMENTWISE_THREADS.min(round_up(*n, wave));
-            let grid = [Dim::Fixed(n.div_ceil(threads)), rows("tokens"), Dim::Fixed(1)];
-            let (a, b) = if matches!(op, Op::SiluMul { .. }) { ("gate", "up") } else { ("a", "b") };
-            let b_extent = if matches!(op, Op::Add { broadcast: true, .. }) {
-                Extent::Fixed(u64::from(*n))
-            } else {
-                per("tokens", *n)
-            };
-            let mut buffers = if matches!(op, Op::SiluMul { paired: true, .. }) {
-                vec![buffer("gate_up", Elem::F32, per("tokens", 2 * n), false)]
-            } else {
-                vec![buffer(a, Elem::F32, per("tokens", *n), false), buffer(b, Elem::F32, b_extent, false)]
-            };
-            buffers.push(buffer("y", Elem::F32, per("tokens", *n), true));
-            if matches!(op, Op::SiluMul { q8: true, .. }) {
-                buffers.push(buffer("xq", Elem::U8, per("tokens", *n), true));
-                buffers.push(buffer("xd", Elem::F32, per("tokens", n / 16), true));
-            }
-            (launch(grid, threads, 0), Tuning::None {}, buffers, vec![scalar("tokens", MAX_TOKENS)])
-        }
-        Op::Embed { quant, cols, vocab } => {
-            let chunks = cols.div_ceil(32);
-            let threads = round_up(chunks, wave).min(ELEMENTWISE_THREADS);
-            let row_bytes = quant.row_bytes(u64::from(*cols)).unwrap_or(0);
-            (
-                launch([Dim::Fixed(chunks.div_ceil(threads)), rows("tokens"), Dim::Fixed(1)], threads, 0),
-                Tuning::None {},
-                vec![
-                    buffer("table", Elem::U8, Extent::Fixed(u64::from(*vocab) * row_bytes), false),
-                    buffer("ids", Elem::I32, per("tokens", 1), false),
-                    buffer("y", Elem::F32, per("tokens", *cols), true),
-                ],
-                vec![scalar("tokens", MAX_TOKENS)],
-            )
-        }
-        Op::Attention { heads, kv_heads, head_dim, block, sparse, .. } => {
-            let group = heads / (*kv_heads).max(1);
-            let t = attention(*block, target);
-            // The group's queries; per wave a tile's weights and positions; per wave and
-            // head the softmax state merged at the end. Fewer waves where a large group's
-            // states would not fit (16 query heads a KV head, head 128, on a 48 KiB part).
-            let shared_for =
-                |waves: u32| (group * head_dim + waves * (group + 1) * wave + waves * group * (2 + head_dim)) * 4;
-            let mut waves = WAVES_PER_BLOCK;
-            while waves > 1 && shared_for(waves) > target.device.shared_bytes_per_block {
-                waves /= 2;
-            }
-            let (threads, shared) = (waves * wave, shared_for(waves));
-            let width = kv_heads * head_dim;
-            let mut buffers = vec![
-                buffer("q", Elem::F32, per("tokens", heads * head_dim), false),
-                buffer("k_cache", Elem::F16, per("n_ctx", width), false),
-                buffer("v_cache", Elem::F16, per("n_ctx", width), false),
-            ];
-            let mut scalars =
-                vec![scalar("tokens", if *sparse { MAX_WINDOW } else { MAX_TOKENS }), scalar("n_ctx", MAX_CONTEXT)];
-            if *sparse {
-                buffers.push(buffer("list", Elem::I32, per("n_blocks", MAX_WINDOW * kv_heads), false));
-                buffers.push(buffer("count", Elem::I32, Extent::Fixed(u64::from(MAX_WINDOW * kv_heads)), false));
-                scalars.push(scalar("n_blocks", MAX_CONTEXT));
-            }
-            buffers.extend([
-                buffer("partial", Elem::F32, per("tokens", heads * t.splits * (head_dim + 2)), true),
-                buffer("splits", Elem::I32, per("tokens", *heads), true),
-                buffer("pos", Elem::I32, Extent::Fixed(1), false),
-            ]);
-            (
-                // One block per (KV head, token of the window, split): the group's query
-                // heads share every K and V row read.
-                launch([Dim::Fixed(*kv_heads), rows("tokens"), Dim::Fixed(t.splits)], threads, shared),
-                Tuning::Attention(t),
-                buffers,
-                scalars,
-            )
-        }
-        Op::AttentionMerge { heads, head_dim, q8 } => {
-            let threads = round_up(*head_dim, wave).min(target.device.max_threads_per_block);
-            let splits = ATTENTION_SPLITS;
-            let mut buffers = vec![
-                buffer("partial", Elem::F32, per("tokens", heads * splits * (head_dim + 2)), false),
-                buffer("splits", Elem::I32, per("tokens", *heads), false),
-                buffer("out", Elem::F32, per("tokens", heads * head_dim), true),
-            ];
-            if *q8 {
-                buffers.push(buffer("xq", Elem::U8, per("tokens", heads * head_dim), true));
-                buffers.push(buffer("xd", Elem::F32, per("tokens", heads * head_dim / 16), true));
-            }
-            (
-                launch([Dim::Fixed(*heads), rows("tokens"), Dim::Fixed(1)], threads, 0),
-                Tuning::Attention(AttentionTuning { splits, split_blocks: 0 }),
-                buffers,
-                vec![scalar("tokens", MAX_TOKENS)],
-            )
-        }
-        Op::QsaScore { heads, kv_heads, head_dim, .. } => {
-            let tile = qsa_tokens_per_tile(*heads, *kv_heads) * (heads / (*kv_heads).max(1));
-            let threads = QSA_SCORE_THREADS.max(wave);
-            (
-                // Lane groups of a few KV blocks each, a block row per KV head.
-                launch(
-                    [
-                        Dim::Runtime {
-                            arg: "n_blocks".into(),
-                            per_block: threads / qsa_score_lanes(*head_dim) * QSA_SCORE_BLOCKS_PER_GROUP,
-                        },
-                        Dim::Fixed(*kv_heads),
-                        Dim::Fixed(1),
-                    ],
-                    threads,
-                    tile * head_dim * 4,
-                ),
-                Tuning::None {},
-                vec![
-                    buffer("q", Elem::F32, per("tokens", heads * head_dim), false),
-                    buffer("k_summary", Elem::F16, per("n_blocks", 2 * kv_heads * head_dim), false),
-                    buffer("scores", Elem::F32, per("n_blocks", MAX_WINDOW * kv_heads), true),
-                    buffer("pos", Elem::I32, Extent::Fixed(1), false),
-                ],
-                vec![scalar("tokens", MAX_WINDOW), scalar("n_blocks", MAX_CONTEXT)],
-            )
-        }
-        Op::QsaSelect { kv_heads, .. } => {
-            let threads = QSA_SELECT_THREADS.min(target.device.max_threads_per_block);
-            (
-                launch(
-                    [Dim::Fixed(*kv_heads), rows("tokens"), Dim::Fixed(1)],
-                    threads,
-                    qsa_select_fixed_bytes(threads)
-                        + 4 * qsa_select_staged(target.device.shared_bytes_per_block, threads),
-                ),
-                Tuning::None {},
-                vec![
-                    buffer("scores", Elem::F32, per("n_blocks", MAX_WINDOW * kv_heads), false),
-                    buffer("list", Elem::I32, per("n_blocks", MAX_WINDOW * kv_heads), true),
-                    buffer("count", Elem::I32, Extent::Fixed(u64::from(MAX_WINDOW * kv_heads)), true),
-                    buffer("pos", Elem::I32, Extent::Fixed(1), false),
-                ],
-                vec![scalar("tokens", MAX_WINDOW), scalar("n_blocks", MAX_CONTEXT), scalar("budget", MAX_CONTEXT)],
-            )
-        }
-        Op::Softmax { n } | Op::Argmax { n } => {
-            let threads = block_per_row(*n, 1024).min(target.device.max_threads_per_block);
-            let argmax = matches!(op, Op::Argmax { .. });
-            let shared = threads / wave * if argmax { 8 } else { 4 };
-            let mut buffers = vec![buffer("x", Elem::F32, per("rows", *n), !argmax)];
-            if argmax {
-                buffers.push(buffer("out", Elem::I32, per("rows", 1), true));
-            }
-            (
-                launch([rows("rows"), Dim::Fixed(1), Dim::Fixed(1)], threads, shared),
-                Tuning::None {},
-                buffers,
-                vec![scalar("rows", MAX_ROWS)],
-            )
-        }
-    };
-    KernelSpec { name, op, launch, tuning, buffers, scalars }
+    let def = op.def();
+    let (name, parts) = (def.kernel_name(), def.record(target, options));
+    KernelSpec { name, op, launch: parts.launch, tuning: parts.tuning, buffers: parts.buffers, scalars: parts.scalars }
 }
 
 /// GEMV tuning for `rows × cols` over `window` columns.
@@ -639,13 +275,11 @@ fn lcm(a: u32, b: u32) -> u32 {
     a / gcd(a, b) * b
 }
 
-fn round_up(n: u32, m: u32) -> u32 {
-    n.div_ceil(m) * m
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops;
+    use crate::plan::Dim;
 
     fn with(int8: Int8Dot) -> Options {
         Options { int8, ..Options::default() }
@@ -689,10 +323,13 @@ mod tests {
         let options = Options { q8_rows: Some(4), ..Options::default() };
         let four = gemv_q8(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &options).expect("int8");
         assert_eq!(four.slab_bytes, 576);
-        let spec =
-            kernel_with(Op::Gemv { quant: GgmlType::Q4_0, rows: 4096, cols: 14_336, window: 1 }, &sm90, &options);
+        let spec = kernel_with(
+            Op::Gemv(ops::Gemv { quant: GgmlType::Q4_0, rows: 4096, cols: 14_336, window: 1 }),
+            &sm90,
+            &options,
+        );
         assert_eq!(spec.launch.grid[0], Dim::Fixed(128), "4096 rows, 32 a block");
-        let big = Op::Gemv { quant: GgmlType::Q4_0, rows: 28_672, cols: 4096, window: 1 };
+        let big = Op::Gemv(ops::Gemv { quant: GgmlType::Q4_0, rows: 28_672, cols: 4096, window: 1 });
         assert_eq!(kernel_with(big, &sm90, &options).launch.grid[0], Dim::Fixed(132 * Q8_BLOCKS_PER_CU));
     }
 

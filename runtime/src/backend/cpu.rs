@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use half::f16;
 use rayon::prelude::*;
-use strata_compiler::plan::{ExpertInput, KernelSpec, MAX_WINDOW, Op, RopeStyle, RouteLayout, Tuning, rules};
+use strata_compiler::ops::{self, ExpertInput, Op, RopeStyle, RouteLayout};
+use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Tuning, rules};
 
 use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, RunError, bind};
 
@@ -63,7 +64,7 @@ impl Cpu {
         };
         let mut outputs: Vec<(&str, Vec<u8>)> = Vec::new();
         match &spec.op {
-            Op::Gemv { quant, rows, cols, window } => {
+            Op::Gemv(ops::Gemv { quant, rows, cols, window }) => {
                 let (rows, cols, window) = (*rows as usize, *cols as usize, *window as usize);
                 let x = activations(spec, &input, window * cols);
                 let w = input("w");
@@ -85,13 +86,13 @@ impl Cpu {
                 }
                 outputs.push(("y", f32_bytes(&y)));
             }
-            Op::QuantizeQ8 { cols } => {
+            Op::QuantizeQ8(ops::QuantizeQ8 { cols }) => {
                 let (cols, rows) = (*cols as usize, scalar("rows") as usize);
                 let (xq, xd) = quantize_q8(&floats(input("x"), rows * cols));
                 outputs.push(("xq", xq));
                 outputs.push(("xd", f32_bytes(&xd)));
             }
-            Op::RmsNorm { n, eps, qk } => {
+            Op::RmsNorm(ops::RmsNorm { n, eps, qk }) => {
                 let (n, rows) = (*n as usize, scalar("rows") as usize);
                 let (x, w) = (floats(input("x"), rows * n), floats(input("w"), if qk.is_some() { 2 * n } else { n }));
                 let y = match qk {
@@ -109,7 +110,7 @@ impl Cpu {
                 };
                 outputs.push(("y", f32_bytes(&y)));
             }
-            Op::AddRmsNorm { n, eps, q8, experts } => {
+            Op::AddRmsNorm(ops::AddRmsNorm { n, eps, q8, experts }) => {
                 let (n, rows, k) = (*n as usize, scalar("rows") as usize, *experts as usize);
                 let a = floats(input("a"), rows * n);
                 let b = if k > 0 {
@@ -127,7 +128,7 @@ impl Cpu {
                 outputs.push(("y", f32_bytes(&y)));
                 outputs.push(("sum", f32_bytes(&sum)));
             }
-            Op::RopeStore { style, heads, kv_heads, head_dim, rope_dims, block } => {
+            Op::RopeStore(ops::RopeStore { style, heads, kv_heads, head_dim, rope_dims, block }) => {
                 let (heads, kv, hd, rd) =
                     (*heads as usize, *kv_heads as usize, *head_dim as usize, *rope_dims as usize);
                 let (tokens, n_ctx) = (scalar("tokens") as usize, scalar("n_ctx") as usize);
@@ -190,7 +191,7 @@ impl Cpu {
                 }
                 outputs.push(("q", f32_bytes(&q)));
             }
-            Op::SiluMul { n, q8, paired } => {
+            Op::SiluMul(ops::SiluMul { n, q8, paired }) => {
                 let (n, tokens) = (*n as usize, scalar("tokens") as usize);
                 let len = n * tokens;
                 let (g, u) = if *paired {
@@ -210,7 +211,7 @@ impl Cpu {
                 }
                 outputs.push(("y", f32_bytes(&y)));
             }
-            Op::MoeRoute { experts, used } => {
+            Op::MoeRoute(ops::MoeRoute { experts, used }) => {
                 let (e, k, tokens) = (*experts as usize, *used as usize, scalar("tokens") as usize);
                 let layout = RouteLayout::new(*experts, *used);
                 let mut route = ints(input("route"), layout.len() as usize);
@@ -219,7 +220,7 @@ impl Cpu {
                 outputs.push(("route", route.iter().flat_map(|v| v.to_le_bytes()).collect()));
                 outputs.push(("weights", f32_bytes(&weights)));
             }
-            Op::ExpertGemv { quant, rows, cols, window, used, experts, input: which } => {
+            Op::ExpertGemv(ops::ExpertGemv { quant, rows, cols, window, used, experts, input: which }) => {
                 let (rows, cols, window, used) = (*rows as usize, *cols as usize, *window as usize, *used as usize);
                 let layout = RouteLayout::new(*experts, used as u32);
                 let route = ints(input("route"), layout.len() as usize);
@@ -260,19 +261,19 @@ impl Cpu {
                 }
                 outputs.push(("y", f32_bytes(&y)));
             }
-            Op::MoeSum { n, used } => {
+            Op::MoeSum(ops::MoeSum { n, used }) => {
                 let (n, k, tokens) = (*n as usize, *used as usize, scalar("tokens") as usize);
                 let (parts, weights) = (floats(input("parts"), tokens * k * n), floats(input("weights"), tokens * k));
                 outputs.push(("y", f32_bytes(&moe_sum(&parts, &weights, n, k))));
             }
-            Op::Add { n, broadcast } => {
+            Op::Add(ops::Add { n, broadcast }) => {
                 let (n, tokens) = (*n as usize, scalar("tokens") as usize);
                 let a = floats(input("a"), n * tokens);
                 let b = floats(input("b"), if *broadcast { n } else { n * tokens });
                 let y: Vec<f32> = (0..n * tokens).map(|i| a[i] + b[if *broadcast { i % n } else { i }]).collect();
                 outputs.push(("y", f32_bytes(&y)));
             }
-            Op::Embed { quant, cols, vocab } => {
+            Op::Embed(ops::Embed { quant, cols, vocab }) => {
                 let (cols, tokens) = (*cols as usize, scalar("tokens") as usize);
                 let row_bytes = quant.row_bytes(cols as u64).unwrap_or(0) as usize;
                 let ids = ints(input("ids"), tokens);
@@ -288,7 +289,7 @@ impl Cpu {
                 }
                 outputs.push(("y", f32_bytes(&y)));
             }
-            Op::Attention { heads, kv_heads, head_dim, scale, block, sparse } => {
+            Op::Attention(ops::Attention { heads, kv_heads, head_dim, scale, block, sparse }) => {
                 let Tuning::Attention(tuning) = &spec.tuning else {
                     return Err(RunError::Other(format!("{}: no split rule", spec.name)));
                 };
@@ -362,7 +363,7 @@ impl Cpu {
                 outputs.push(("partial", f32_bytes(&partial)));
                 outputs.push(("splits", used.iter().flat_map(|v| v.to_le_bytes()).collect()));
             }
-            Op::AttentionMerge { heads, head_dim, q8 } => {
+            Op::AttentionMerge(ops::AttentionMerge { heads, head_dim, q8 }) => {
                 let Tuning::Attention(tuning) = &spec.tuning else {
                     return Err(RunError::Other(format!("{}: no split rule", spec.name)));
                 };
@@ -389,7 +390,7 @@ impl Cpu {
                 }
                 outputs.push(("out", f32_bytes(&out)));
             }
-            Op::QsaScore { heads, kv_heads, head_dim, block } => {
+            Op::QsaScore(ops::QsaScore { heads, kv_heads, head_dim, block }) => {
                 let (heads, kv_heads, hd, block) =
                     (*heads as usize, *kv_heads as usize, *head_dim as usize, *block as usize);
                 let (tokens, n_blocks) = (scalar("tokens") as usize, scalar("n_blocks") as usize);
@@ -421,7 +422,7 @@ impl Cpu {
                 }
                 outputs.push(("scores", f32_bytes(&scores)));
             }
-            Op::QsaSelect { kv_heads, block } => {
+            Op::QsaSelect(ops::QsaSelect { kv_heads, block }) => {
                 let (kv_heads, block) = (*kv_heads as usize, *block as usize);
                 let (tokens, n_blocks, budget) =
                     (scalar("tokens") as usize, scalar("n_blocks") as usize, scalar("budget") as usize);
@@ -445,7 +446,7 @@ impl Cpu {
                 outputs.push(("list", list.iter().flat_map(|v| v.to_le_bytes()).collect()));
                 outputs.push(("count", count.iter().flat_map(|v| v.to_le_bytes()).collect()));
             }
-            Op::Softmax { n } => {
+            Op::Softmax(ops::Softmax { n }) => {
                 let (n, rows) = (*n as usize, scalar("rows") as usize);
                 let mut x = floats(input("x"), rows * n);
                 for row in x.chunks_exact_mut(n) {
@@ -457,7 +458,7 @@ impl Cpu {
                 }
                 outputs.push(("x", f32_bytes(&x)));
             }
-            Op::Argmax { n } => {
+            Op::Argmax(ops::Argmax { n }) => {
                 let (n, rows) = (*n as usize, scalar("rows") as usize);
                 let x = floats(input("x"), rows * n);
                 let out: Vec<i32> = x.chunks_exact(n).map(|row| argmax(row) as i32).collect();
@@ -826,7 +827,7 @@ mod tests {
         let (rows, cols, window) = (8u32, 512u32, 3u32);
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         for quant in [GgmlType::Q4_0, GgmlType::IQ2_XS] {
-            let op = Op::Gemv { quant, rows, cols, window };
+            let op = Op::Gemv(ops::Gemv { quant, rows, cols, window });
             let (q8, float) = (
                 rules::kernel_with(op.clone(), &target, &Options { int8: Int8Dot::Always, ..Options::default() }),
                 rules::kernel_with(op, &target, &Options { int8: Int8Dot::Never, ..Options::default() }),

@@ -16,8 +16,8 @@
 use std::time::Instant;
 
 use strata_compiler::model::ModelDesc;
+use strata_compiler::ops::RouteLayout;
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::RouteLayout;
 use strata_compiler::quant::GgmlType;
 
 use crate::backend::{Backend, BufferId, HostId, RunError};

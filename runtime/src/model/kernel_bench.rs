@@ -12,7 +12,8 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Op, Tuning};
+use strata_compiler::ops::{self, Op};
+use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Tuning};
 use strata_compiler::quant::{GgmlType, random_blocks, random_floats};
 
 use super::Model;
@@ -102,7 +103,9 @@ fn rotation_layout(quant: GgmlType, rows: u32, cols: u32) -> (usize, usize, usiz
 /// Kernels of one GEMV shape sort together, window 1 first; other kernels by name.
 fn bench_order(spec: &KernelSpec) -> (String, u32) {
     match spec.op {
-        Op::Gemv { quant, rows, cols, window } => (Op::Gemv { quant, rows, cols, window: 1 }.kernel_name(), window),
+        Op::Gemv(ops::Gemv { quant, rows, cols, window }) => {
+            (Op::Gemv(ops::Gemv { quant, rows, cols, window: 1 }).kernel_name(), window)
+        }
         _ => (spec.name.clone(), 1),
     }
 }
@@ -127,8 +130,8 @@ impl Model {
             .kernels
             .specs()
             .filter(|k| match k.op {
-                Op::Gemv { window, .. } => window == 1 || windows,
-                Op::QuantizeQ8 { .. } => true,
+                Op::Gemv(ops::Gemv { window, .. }) => window == 1 || windows,
+                Op::QuantizeQ8(_) => true,
                 _ => false,
             })
             .cloned()
@@ -141,7 +144,7 @@ impl Model {
         let mut rng = ChaCha8Rng::seed_from_u64(0xbe7c);
         for spec in &specs {
             let timing = self.time_kernel(spec, reps, &mut rng, rotation.as_mut())?;
-            if let Op::Gemv { quant, rows, cols, .. } = spec.op {
+            if let Op::Gemv(ops::Gemv { quant, rows, cols, .. }) = spec.op {
                 let base = bench_order(spec).0;
                 match sweeps.last_mut() {
                     Some(s) if s.base == base => s.timings.push(timing.clone()),
@@ -164,7 +167,7 @@ impl Model {
             .kernels
             .specs()
             .filter_map(|k| match k.op {
-                Op::Gemv { quant, rows, cols, window } if window > 1 => Some((quant, rows, cols)),
+                Op::Gemv(ops::Gemv { quant, rows, cols, window }) if window > 1 => Some((quant, rows, cols)),
                 _ => None,
             })
             .collect();
@@ -172,7 +175,7 @@ impl Model {
         shapes.dedup();
         for (quant, rows, cols) in shapes {
             for window in 1..=MAX_WINDOW {
-                let op = Op::Gemv { quant, rows, cols, window };
+                let op = Op::Gemv(ops::Gemv { quant, rows, cols, window });
                 if self.kernels.has(&op) {
                     self.kernels.get(&op)?;
                 }
@@ -186,7 +189,7 @@ impl Model {
         let mut largest: Vec<(Shape, u32)> = Vec::new();
         let mut pool_bytes = 0;
         for spec in specs {
-            if let Op::Gemv { quant, rows, cols, window } = spec.op {
+            if let Op::Gemv(ops::Gemv { quant, rows, cols, window }) = spec.op {
                 let (_, stride, copies) = rotation_layout(quant, rows, cols);
                 pool_bytes = pool_bytes.max(stride * copies);
                 match largest.iter_mut().find(|(s, _)| *s == (quant, rows, cols)) {
@@ -243,7 +246,7 @@ impl Model {
         rotation: Option<&mut Rotation>,
     ) -> Result<KernelTiming, RunError> {
         let (args, bytes, window): (Vec<Vec<(&str, Arg)>>, u64, u32) = match (spec.op.clone(), rotation) {
-            (Op::Gemv { quant, rows, cols, window }, Some(r)) => {
+            (Op::Gemv(ops::Gemv { quant, rows, cols, window }), Some(r)) => {
                 let pool = r.pool;
                 let f = self.fill(r, (quant, rows, cols), rng)?;
                 let b = &mut self.backend;
@@ -269,7 +272,7 @@ impl Model {
                 // The weights once, `window` input columns and `window` output columns.
                 (args, (f.w_bytes + in_bytes + (window * rows) as usize * 4) as u64, window)
             }
-            (Op::QuantizeQ8 { cols }, _) => {
+            (Op::QuantizeQ8(ops::QuantizeQ8 { cols }), _) => {
                 let b = &mut self.backend;
                 let x = random_floats(rng, cols as usize, 1.0);
                 // Per 32 floats: 32 quants and a (scale, sum) pair of floats.

@@ -25,8 +25,9 @@ use experts::Experts;
 use upload::Uploader;
 
 use strata_compiler::model::{Family, ModelDesc};
+use strata_compiler::ops::{self, ExpertInput, Op, RopeStyle, RouteLayout};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{ExpertInput, KernelSpec, MAX_WINDOW, Op, RopeStyle, RouteLayout, Tuning, rules};
+use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Tuning, rules};
 use strata_compiler::quant::GgmlType;
 
 use crate::backend::{Arg, Backend, BufferId, GraphId, RunError};
@@ -240,7 +241,7 @@ impl Model {
             .ok_or_else(|| RunError::Other("the kernels have no rope_store, so no KV block size".into()))?;
         let n_blocks = n_ctx.div_ceil(block) as usize;
         let splits = match kernels
-            .get(&Op::AttentionMerge { heads: desc.heads, head_dim: desc.head_dim_k, q8: false })?
+            .get(&Op::AttentionMerge(ops::AttentionMerge { heads: desc.heads, head_dim: desc.head_dim_k, q8: false }))?
             .tuning
         {
             Tuning::Attention(t) => t.splits as usize,
@@ -624,7 +625,7 @@ impl Model {
     }
 
     fn enqueue_argmax(&mut self, rows: u32) -> Result<(), RunError> {
-        let spec = self.kernels.get(&Op::Argmax { n: self.desc.vocab })?;
+        let spec = self.kernels.get(&Op::Argmax(ops::Argmax { n: self.desc.vocab }))?;
         self.backend.call(
             &spec,
             &[("x", Arg::Buf(self.s.logits, 0)), ("out", Arg::Buf(self.s.next, 0)), ("rows", Arg::U32(rows))],
@@ -643,7 +644,7 @@ impl Model {
             return Ok(false);
         }
         for w in consumers {
-            let spec = self.kernels.get(&Op::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window })?;
+            let spec = self.kernels.get(&Op::Gemv(ops::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window }))?;
             if matches!(spec.tuning, Tuning::GemvQ8(_)) {
                 return Ok(true);
             }
@@ -656,7 +657,7 @@ impl Model {
     fn products(&mut self, x: Arg, window: u32, products: &[(Weight, Arg)], quantized: bool) -> Result<(), RunError> {
         let specs = products
             .iter()
-            .map(|(w, _)| self.kernels.get(&Op::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window }))
+            .map(|(w, _)| self.kernels.get(&Op::Gemv(ops::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window })))
             .collect::<Result<Vec<_>, _>>()?;
         let (xq, xd) = (Arg::Buf(self.s.xq, 0), Arg::Buf(self.s.xd, 0));
         if let Some((w, _)) = products
@@ -666,7 +667,7 @@ impl Model {
             .map(|p| p.0)
             .filter(|_| !quantized)
         {
-            let quantize = self.kernels.get(&Op::QuantizeQ8 { cols: w.cols })?;
+            let quantize = self.kernels.get(&Op::QuantizeQ8(ops::QuantizeQ8 { cols: w.cols }))?;
             self.backend.call(&quantize, &[("x", x), ("xq", xq), ("xd", xd), ("rows", Arg::U32(window))])?;
         }
         for ((w, y), spec) in products.iter().zip(&specs) {
@@ -680,7 +681,7 @@ impl Model {
     }
 
     fn rmsnorm(&mut self, n: u32, x: Arg, w: Weight, y: Arg, rows: u32) -> Result<(), RunError> {
-        let spec = self.kernels.get(&Op::RmsNorm { n, eps: self.desc.rms_eps, qk: None })?;
+        let spec = self.kernels.get(&Op::RmsNorm(ops::RmsNorm { n, eps: self.desc.rms_eps, qk: None }))?;
         self.backend.call(&spec, &[("x", x), ("w", Arg::Buf(w.buf, w.offset)), ("y", y), ("rows", Arg::U32(rows))])
     }
 
@@ -700,9 +701,9 @@ impl Model {
     ) -> Result<bool, RunError> {
         let (n, eps) = (self.desc.embd, self.desc.rms_eps);
         let experts = if b.is_none() { self.desc.experts.map_or(0, |x| x.used) } else { 0 };
-        let fused = Op::AddRmsNorm { n, eps, q8: true, experts };
+        let fused = Op::AddRmsNorm(ops::AddRmsNorm { n, eps, q8: true, experts });
         let q8 = if next.is_empty() { self.kernels.has(&fused) } else { self.fuse_q8(&fused, next, rows)? };
-        let spec = self.kernels.get(&Op::AddRmsNorm { n, eps, q8, experts })?;
+        let spec = self.kernels.get(&Op::AddRmsNorm(ops::AddRmsNorm { n, eps, q8, experts }))?;
         let buf = |id| Arg::Buf(id, 0);
         let mut args = vec![("a", buf(a)), ("w", buf(w.buf)), ("sum", buf(sum)), ("y", buf(y))];
         match b {
@@ -799,8 +800,8 @@ impl Model {
                 (g, u)
             }
         };
-        let act_q8 = self.fuse_q8(&Op::SiluMul { n: ffn, q8: true, paired: false }, &[down], t)?;
-        let silu = self.kernels.get(&Op::SiluMul { n: ffn, q8: act_q8, paired: false })?;
+        let act_q8 = self.fuse_q8(&Op::SiluMul(ops::SiluMul { n: ffn, q8: true, paired: false }), &[down], t)?;
+        let silu = self.kernels.get(&Op::SiluMul(ops::SiluMul { n: ffn, q8: act_q8, paired: false }))?;
         let mut args = vec![("gate", gate), ("up", up), ("y", act)];
         if act_q8 {
             args.extend([("xq", Arg::Buf(self.s.xq, 0)), ("xd", Arg::Buf(self.s.xd, 0))]);
@@ -824,7 +825,7 @@ impl Model {
         let route_buf = s.route;
         // The router reads h as floats, so it does not disturb h's quants in xq/xd.
         self.products(h, t, &[(router, logits)], h_q8)?;
-        let routing = self.kernels.get(&Op::MoeRoute { experts: shape.count, used: shape.used })?;
+        let routing = self.kernels.get(&Op::MoeRoute(ops::MoeRoute { experts: shape.count, used: shape.used }))?;
         self.backend
             .call(&routing, &[("logits", logits), ("route", route), ("weights", weights), ("tokens", Arg::U32(t))])?;
         let Some(x) = self.experts.as_mut() else { return Err(RunError::Other("experts were not loaded".into())) };
@@ -832,14 +833,16 @@ impl Model {
         let l = layer as usize;
         let (gate_up, down, slot_of, slots) = (x.gate_up[l], x.down[l], x.slot_of, x.pool_slots);
         let row = Arg::Buf(slot_of, (layer * shape.count) as usize * 4);
-        let product = |quant, rows, cols, input| Op::ExpertGemv {
-            quant,
-            rows,
-            cols,
-            window: t,
-            used: shape.used,
-            experts: shape.count,
-            input,
+        let product = |quant, rows, cols, input| {
+            Op::ExpertGemv(ops::ExpertGemv {
+                quant,
+                rows,
+                cols,
+                window: t,
+                used: shape.used,
+                experts: shape.count,
+                input,
+            })
         };
         let first = self.kernels.get(&product(gate_up.ty, 2 * shape.ffn, embd, ExpertInput::Token))?;
         let second = self.kernels.get(&product(down.ty, embd, shape.ffn, ExpertInput::Choice))?;
@@ -856,11 +859,11 @@ impl Model {
             b.call(spec, &args)
         };
         if int8(&first) && !h_q8 {
-            let quantize = self.kernels.get(&Op::QuantizeQ8 { cols: embd })?;
+            let quantize = self.kernels.get(&Op::QuantizeQ8(ops::QuantizeQ8 { cols: embd }))?;
             self.backend.call(&quantize, &[("x", h), ("xq", xq), ("xd", xd), ("rows", Arg::U32(t))])?;
         }
         call(self.backend.as_mut(), &first, gate_up, h, gate_up_out)?;
-        let silu = self.kernels.get(&Op::SiluMul { n: shape.ffn, q8: int8(&second), paired: true })?;
+        let silu = self.kernels.get(&Op::SiluMul(ops::SiluMul { n: shape.ffn, q8: int8(&second), paired: true }))?;
         let mut args = vec![("gate_up", gate_up_out), ("y", act)];
         if int8(&second) {
             args.extend([("xq", xq), ("xd", xd)]);
@@ -877,12 +880,12 @@ impl Model {
         let s = &self.s;
         let buf = |id| Arg::Buf(id, 0);
         let args = [("parts", buf(s.expert_parts)), ("weights", buf(s.route_weights)), ("y", buf(s.proj))];
-        let sum = self.kernels.get(&Op::MoeSum { n: self.desc.embd, used: shape.used })?;
+        let sum = self.kernels.get(&Op::MoeSum(ops::MoeSum { n: self.desc.embd, used: shape.used }))?;
         self.backend.call(&sum, &[args[0], args[1], args[2], ("tokens", Arg::U32(t))])
     }
 
     fn add(&mut self, n: u32, a: Arg, b: Arg, y: Arg, tokens: u32, broadcast: bool) -> Result<(), RunError> {
-        let spec = self.kernels.get(&Op::Add { n, broadcast })?;
+        let spec = self.kernels.get(&Op::Add(ops::Add { n, broadcast }))?;
         self.backend.call(&spec, &[("a", a), ("b", b), ("y", y), ("tokens", Arg::U32(tokens))])
     }
 
@@ -897,33 +900,47 @@ impl Model {
         let at = |id, floats: u32| Arg::Buf(id, floats as usize * 4);
         let (qd, kd) = (d.heads * d.head_dim_k, d.kv_heads * d.head_dim_k);
 
-        let embed = self.kernels.get(&Op::Embed { quant: self.embed.ty, cols: d.embd, vocab: d.vocab })?;
+        let embed = self.kernels.get(&Op::Embed(ops::Embed { quant: self.embed.ty, cols: d.embd, vocab: d.vocab }))?;
         self.backend.call(
             &embed,
             &[("table", buf(self.embed.buf)), ("ids", buf(ids)), ("y", buf(x[0])), ("tokens", Arg::U32(t))],
         )?;
         let (heads, kv_heads, head_dim, block) = (d.heads, d.kv_heads, d.head_dim_k, self.block);
         let scale = 1.0 / (head_dim as f32).sqrt();
-        let dense = self.kernels.get(&Op::Attention { heads, kv_heads, head_dim, scale, block, sparse: false })?;
+        let dense = self.kernels.get(&Op::Attention(ops::Attention {
+            heads,
+            kv_heads,
+            head_dim,
+            scale,
+            block,
+            sparse: false,
+        }))?;
         let qsa = match self.qsa.filter(|_| sparse) {
             Some(budget) => Some(QsaKernels {
-                score: self.kernels.get(&Op::QsaScore { heads, kv_heads, head_dim, block })?,
-                select: self.kernels.get(&Op::QsaSelect { kv_heads, block })?,
-                sparse: self.kernels.get(&Op::Attention { heads, kv_heads, head_dim, scale, block, sparse: true })?,
+                score: self.kernels.get(&Op::QsaScore(ops::QsaScore { heads, kv_heads, head_dim, block }))?,
+                select: self.kernels.get(&Op::QsaSelect(ops::QsaSelect { kv_heads, block }))?,
+                sparse: self.kernels.get(&Op::Attention(ops::Attention {
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    scale,
+                    block,
+                    sparse: true,
+                }))?,
                 budget,
             }),
             None => None,
         };
         let n_blocks = self.n_ctx.div_ceil(block);
         let style = if d.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
-        let rope_store = self.kernels.get(&Op::RopeStore {
+        let rope_store = self.kernels.get(&Op::RopeStore(ops::RopeStore {
             style,
             heads: d.heads,
             kv_heads: d.kv_heads,
             head_dim: d.head_dim_k,
             rope_dims: d.rope_dims,
             block,
-        })?;
+        }))?;
         let mut cur = 0;
         self.rmsnorm(d.embd, buf(x[0]), self.layers[0].attn_norm, buf(h), t)?;
         // Whether h's int8 quants are in xq/xd already (made by the norm that wrote h).
@@ -954,7 +971,8 @@ impl Model {
             let (q, k) = match ly.qk_norm {
                 Some([qw, kw, both]) => {
                     let (qn, kn) = (buf(self.s.qkn), at(self.s.qkn, t * qd));
-                    let fused = Op::RmsNorm { n: d.head_dim_k, eps: d.rms_eps, qk: Some([d.heads, d.kv_heads]) };
+                    let fused =
+                        Op::RmsNorm(ops::RmsNorm { n: d.head_dim_k, eps: d.rms_eps, qk: Some([d.heads, d.kv_heads]) });
                     if t == 1 && ly.qkv.is_some() && self.kernels.has(&fused) {
                         let spec = self.kernels.get(&fused)?;
                         let w = Arg::Buf(both.buf, both.offset);
@@ -986,8 +1004,9 @@ impl Model {
             )?;
             self.attention(&dense, qsa.as_ref().filter(|_| l >= qsa::DENSE_LAYERS), q, cache, t, n_blocks)?;
             // The merge quantizes its output where the output projection reads int8.
-            let merge_q8 = self.fuse_q8(&Op::AttentionMerge { heads, head_dim, q8: true }, &[ly.o], t)?;
-            let merge = self.kernels.get(&Op::AttentionMerge { heads, head_dim, q8: merge_q8 })?;
+            let merge_q8 =
+                self.fuse_q8(&Op::AttentionMerge(ops::AttentionMerge { heads, head_dim, q8: true }), &[ly.o], t)?;
+            let merge = self.kernels.get(&Op::AttentionMerge(ops::AttentionMerge { heads, head_dim, q8: merge_q8 }))?;
             let mut args = vec![("partial", buf(self.s.partial)), ("splits", buf(self.s.splits)), ("out", buf(attn))];
             if merge_q8 {
                 args.extend([("xq", buf(self.s.xq)), ("xd", buf(self.s.xd))]);

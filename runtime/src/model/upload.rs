@@ -3,6 +3,7 @@
 //! decode step fuses (Q·K·V, gate·up) stacked in one buffer that both the fused and the
 //! separate products read.
 
+use strata_compiler::ops::{self, Op};
 use strata_compiler::pack::Pack;
 use strata_compiler::plan;
 use strata_compiler::quant::GgmlType;
@@ -79,7 +80,8 @@ impl Uploader<'_> {
         if tensors.len() != names.len() {
             return Ok(None);
         }
-        let Some(plan::Op::Gemv { quant, rows, cols, .. }) = plan::fused_gemv(&tensors).filter(|op| kernels.has(op))
+        let Some(Op::Gemv(ops::Gemv { quant, rows, cols, .. })) =
+            plan::fused_gemv(&tensors).filter(|op| kernels.has(op))
         else {
             return Ok(None);
         };

@@ -1,0 +1,215 @@
+//! The ops of a model's forward pass, described once from its [`ModelDesc`]: which
+//! kernel each step of a window launches. [`crate::plan::plan`] compiles what these
+//! describe for every window; the runtime's forward walk asks the same description for
+//! the kernel of each step, so the two cannot disagree about a family's RoPE style,
+//! attention scale, norms, biases or experts, nor about which producer quantizes its
+//! output for the int8-dot products that read it.
+
+use crate::model::{Experts, ModelDesc};
+use crate::ops::{self, ExpertInput, Op, RopeStyle};
+use crate::quant::GgmlType;
+
+/// A weight matrix a product reads: type and shape (rows of `cols`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Matrix {
+    /// Weight type.
+    pub quant: GgmlType,
+    /// Output features.
+    pub rows: u32,
+    /// Input features.
+    pub cols: u32,
+}
+
+/// The forward pass of one model: every step's op.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forward {
+    embd: u32,
+    vocab: u32,
+    eps: f32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    rope_dims: u32,
+    rope_style: RopeStyle,
+    qkv_bias: bool,
+    qk_norm: bool,
+    ffn: u32,
+    experts: Option<Experts>,
+    block: u32,
+}
+
+impl Forward {
+    /// The forward pass of `desc`, with QSA's key summaries kept per `block` positions.
+    pub fn new(desc: &ModelDesc, block: u32) -> Forward {
+        Forward {
+            embd: desc.embd,
+            vocab: desc.vocab,
+            eps: desc.rms_eps,
+            heads: desc.heads,
+            kv_heads: desc.kv_heads,
+            head_dim: desc.head_dim_k,
+            rope_dims: desc.rope_dims,
+            rope_style: desc.family.rope_style(),
+            qkv_bias: desc.family.qkv_bias(),
+            qk_norm: desc.family.qk_norm(),
+            ffn: desc.experts.map_or(desc.ffn, |x| x.ffn),
+            experts: desc.experts,
+            block,
+        }
+    }
+
+    /// Attention's score scale, `1/sqrt(head length)`.
+    pub fn attention_scale(&self) -> f32 {
+        1.0 / (self.head_dim as f32).sqrt()
+    }
+
+    /// Experts each token uses (0 for a dense FFN).
+    fn used(&self) -> u32 {
+        self.experts.map_or(0, |x| x.used)
+    }
+
+    /// A product of `window` columns with `w`.
+    pub fn product(&self, w: Matrix, window: u32) -> Op {
+        ops::Gemv { quant: w.quant, rows: w.rows, cols: w.cols, window }.into()
+    }
+
+    /// The token embedding rows of a `quant` table.
+    pub fn embed(&self, quant: GgmlType) -> Op {
+        ops::Embed { quant, cols: self.embd, vocab: self.vocab }.into()
+    }
+
+    /// The first layer's attention norm of the embeddings.
+    pub fn norm(&self) -> Op {
+        ops::RmsNorm { n: self.embd, eps: self.eps, qk: None }.into()
+    }
+
+    /// The residual add and the next norm; `q8` quantizes the result for int8 products,
+    /// `experts` sums a mixture-of-experts layer's outputs first.
+    pub fn add_norm(&self, q8: bool, experts: bool) -> Op {
+        let experts = if experts { self.used() } else { 0 };
+        ops::AddRmsNorm { n: self.embd, eps: self.eps, q8, experts }.into()
+    }
+
+    /// The Q, K and V biases (the Qwen2 family): one broadcast add per width.
+    pub fn biases(&self) -> Option<[(Op, u32); 3]> {
+        let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
+        let bias = |n| (ops::Add { n, broadcast: true }.into(), n);
+        self.qkv_bias.then(|| [bias(q), bias(kv), bias(kv)])
+    }
+
+    /// The per-head query and key norms (the Qwen3 families): one head a row.
+    pub fn head_norm(&self) -> Option<Op> {
+        self.qk_norm.then(|| ops::RmsNorm { n: self.head_dim, eps: self.eps, qk: None }.into())
+    }
+
+    /// The per-head norms of a decode step's query and key heads in one launch.
+    pub fn qk_norm(&self) -> Option<Op> {
+        let qk = Some([self.heads, self.kv_heads]);
+        self.qk_norm.then(|| ops::RmsNorm { n: self.head_dim, eps: self.eps, qk }.into())
+    }
+
+    /// RoPE, the KV store and QSA's key summaries.
+    pub fn rope_store(&self) -> Op {
+        ops::RopeStore {
+            style: self.rope_style,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            rope_dims: self.rope_dims,
+            block: self.block,
+        }
+        .into()
+    }
+
+    /// Attention's split partial states, dense or over QSA's selected blocks.
+    pub fn attention(&self, sparse: bool) -> Op {
+        let (heads, kv_heads, head_dim, block) = (self.heads, self.kv_heads, self.head_dim, self.block);
+        ops::Attention { heads, kv_heads, head_dim, scale: self.attention_scale(), block, sparse }.into()
+    }
+
+    /// QSA's block scores.
+    pub fn qsa_score(&self) -> Op {
+        ops::QsaScore { heads: self.heads, kv_heads: self.kv_heads, head_dim: self.head_dim, block: self.block }.into()
+    }
+
+    /// QSA's block selection.
+    pub fn qsa_select(&self) -> Op {
+        ops::QsaSelect { kv_heads: self.kv_heads, block: self.block }.into()
+    }
+
+    /// The merge of attention's splits; `q8` quantizes it for an int8 output projection.
+    pub fn merge(&self, q8: bool) -> Op {
+        ops::AttentionMerge { heads: self.heads, head_dim: self.head_dim, q8 }.into()
+    }
+
+    /// Whether the merge can quantize its output: its heads are whole int8 chunks.
+    pub fn merge_quantizes(&self) -> bool {
+        self.head_dim % 32 == 0
+    }
+
+    /// SiLU·mul of the FFN (of the experts' stacked gate·up rows in a MoE layer).
+    pub fn silu_mul(&self, q8: bool) -> Op {
+        ops::SiluMul { n: self.ffn, q8, paired: self.experts.is_some() }.into()
+    }
+
+    /// A mixture-of-experts layer's routing.
+    pub fn route(&self) -> Option<Op> {
+        self.experts.map(|x| ops::MoeRoute { experts: x.count, used: x.used }.into())
+    }
+
+    /// The routed experts' products of a window: gate·up stacked (reading each token's
+    /// row) or down (reading each choice's).
+    pub fn expert_product(&self, quant: GgmlType, window: u32, input: ExpertInput) -> Option<Op> {
+        let x = self.experts?;
+        let (rows, cols) = match input {
+            ExpertInput::Token => (2 * x.ffn, self.embd),
+            ExpertInput::Choice => (self.embd, x.ffn),
+        };
+        Some(ops::ExpertGemv { quant, rows, cols, window, used: x.used, experts: x.count, input }.into())
+    }
+
+    /// The last MoE layer's weighted sum of its experts' outputs.
+    pub fn moe_sum(&self) -> Option<Op> {
+        self.experts.map(|x| ops::MoeSum { n: self.embd, used: x.used }.into())
+    }
+
+    /// The last layer's residual add.
+    pub fn residual_add(&self) -> Op {
+        ops::Add { n: self.embd, broadcast: false }.into()
+    }
+
+    /// The quantizer of rows of `cols` for the int8-dot products that read them.
+    pub fn quantize(&self, cols: u32) -> Op {
+        ops::QuantizeQ8 { cols }.into()
+    }
+
+    /// Greedy sampling on the device.
+    pub fn argmax(&self) -> Op {
+        ops::Argmax { n: self.vocab }.into()
+    }
+
+    /// Probabilities over the vocabulary.
+    pub fn softmax(&self) -> Op {
+        ops::Softmax { n: self.vocab }.into()
+    }
+
+    /// Every producer that can quantize its output for int8 products of row length
+    /// `cols` (the norms of the hidden state, the attention merge, SiLU·mul): where any
+    /// product of that row length takes the int8 path, the plan compiles these too.
+    pub fn quantizing_producers(&self, cols: u32) -> Vec<Op> {
+        let mut out = Vec::new();
+        if cols == self.embd {
+            out.push(self.add_norm(true, false));
+            if self.experts.is_some() {
+                out.push(self.add_norm(true, true));
+            }
+        }
+        if cols == self.heads * self.head_dim && self.merge_quantizes() {
+            out.push(self.merge(true));
+        }
+        if cols == self.ffn {
+            out.push(self.silu_mul(true));
+        }
+        out
+    }
+}

@@ -1,0 +1,142 @@
+//! `attention`: decode attention of a window over the f16 KV cache, split over the KV
+//! positions (flash decoding), dense or over QSA's selected blocks.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{Checker, KernelOp, Parts, buffer, c_float, fixed_len, launch, per, rows, scalar};
+use crate::plan::rules::{self, MAX_CONTEXT, MAX_TOKENS, WAVES_PER_BLOCK};
+use crate::plan::{Dim, Elem, KernelSpec, MAX_WINDOW, Options, Tuning};
+use crate::target::Target;
+
+/// Attention of each token of a window at `pos[0]`, one query per head, over the f16
+/// KV cache, causal (token `t` sees positions up to `pos[0] + t`; grouped-query), split
+/// over the KV positions (flash decoding): block (KV head, token, split) writes each
+/// query head's partial softmax state `[max, sum, acc[head_dim]]` for its share, and
+/// [`super::AttentionMerge`] combines the shares.
+///
+/// The positions are taken `block` at a time: with `sparse`, the blocks QSA selected
+/// for the (token, KV head) (`list`, `count`: see [`super::QsaSelect`]); otherwise every
+/// block up to the token's. How many splits a token uses depends only on how many
+/// blocks it reads (see [`crate::plan::AttentionTuning`]), so a token's result is the
+/// same in any window, and selecting every block equals dense attention bit for bit.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Attention {
+    /// Query heads.
+    pub heads: u32,
+    /// KV heads.
+    pub kv_heads: u32,
+    /// Head length.
+    pub head_dim: u32,
+    /// Score scale, 1/sqrt(head_dim).
+    pub scale: f32,
+    /// KV positions per block.
+    pub block: u32,
+    /// Whether it reads QSA's selected blocks.
+    pub sparse: bool,
+}
+
+impl Attention {
+    /// Shared bytes for `waves` waves of `wave` lanes: the group's queries; per wave a
+    /// tile's weights and positions; per wave and head the softmax state merged at the
+    /// end.
+    fn shared_bytes(&self, waves: u32, wave: u32) -> u32 {
+        let (group, head_dim) = (self.heads / self.kv_heads.max(1), self.head_dim);
+        (group * head_dim + waves * (group + 1) * wave + waves * group * (2 + head_dim)) * 4
+    }
+}
+
+impl KernelOp for Attention {
+    fn kernel_name(&self) -> String {
+        let Attention { heads, kv_heads, head_dim, block, sparse, .. } = self;
+        let kind = if *sparse { "attention_sparse" } else { "attention" };
+        format!("{kind}_{heads}x{kv_heads}x{head_dim}_b{block}")
+    }
+
+    fn record(&self, target: &Target, _options: &Options) -> Parts {
+        let Attention { heads, kv_heads, head_dim, block, sparse, .. } = *self;
+        let wave = target.device.wave_size;
+        let t = rules::attention(block, target);
+        // Fewer waves where a large group's states would not fit (16 query heads a KV
+        // head, head 128, on a 48 KiB part).
+        let mut waves = WAVES_PER_BLOCK;
+        while waves > 1 && self.shared_bytes(waves, wave) > target.device.shared_bytes_per_block {
+            waves /= 2;
+        }
+        let width = kv_heads * head_dim;
+        let mut buffers = vec![
+            buffer("q", Elem::F32, per("tokens", heads * head_dim), false),
+            buffer("k_cache", Elem::F16, per("n_ctx", width), false),
+            buffer("v_cache", Elem::F16, per("n_ctx", width), false),
+        ];
+        let mut scalars =
+            vec![scalar("tokens", if sparse { MAX_WINDOW } else { MAX_TOKENS }), scalar("n_ctx", MAX_CONTEXT)];
+        if sparse {
+            buffers.push(buffer("list", Elem::I32, per("n_blocks", MAX_WINDOW * kv_heads), false));
+            buffers.push(buffer("count", Elem::I32, fixed_len(MAX_WINDOW * kv_heads), false));
+            scalars.push(scalar("n_blocks", MAX_CONTEXT));
+        }
+        buffers.extend([
+            buffer("partial", Elem::F32, per("tokens", heads * t.splits * (head_dim + 2)), true),
+            buffer("splits", Elem::I32, per("tokens", heads), true),
+            buffer("pos", Elem::I32, fixed_len(1u32), false),
+        ]);
+        Parts {
+            // One block per (KV head, token of the window, split): the group's query
+            // heads share every K and V row read.
+            launch: launch(
+                target,
+                [Dim::Fixed(kv_heads), rows("tokens"), Dim::Fixed(t.splits)],
+                waves * wave,
+                self.shared_bytes(waves, wave),
+            ),
+            tuning: Tuning::Attention(t),
+            buffers,
+            scalars,
+        }
+    }
+
+    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+        let Attention { heads, kv_heads, head_dim, block, .. } = *self;
+        let l = &k.launch;
+        if kv_heads == 0 || heads % kv_heads != 0 {
+            c.fail("query heads per KV head", format!("{heads}/{kv_heads}"), "they must divide evenly".into());
+        }
+        if c.grid_x() != u64::from(kv_heads) {
+            c.fail("blocks", c.grid_x().to_string(), format!("there is one block per KV head ({kv_heads})"));
+        }
+        // V rows are read 16 bytes a lane, a whole number of rows a wave.
+        if !head_dim.is_multiple_of(8) || head_dim > 8 * l.wave_size || !l.wave_size.is_multiple_of(head_dim / 8) {
+            c.fail(
+                "head length",
+                head_dim.to_string(),
+                format!("a multiple of 8 whose eighth divides the wave of {}", l.wave_size),
+            );
+        }
+        let Tuning::Attention(t) = &k.tuning else {
+            c.tuning_missing("attention needs its split rule");
+            return;
+        };
+        if l.grid[2] != Dim::Fixed(t.splits) || t.split_blocks == 0 || block == 0 {
+            c.fail(
+                "splits",
+                format!("grid z {:?}, {} blocks a split, blocks of {block}", l.grid[2], t.split_blocks),
+                format!("grid z must be the {} splits, each of at least one block", t.splits),
+            );
+        }
+        c.shared(self.shared_bytes(l.waves, l.wave_size), "queries, tile weights and per-wave softmax states".into());
+        c.extents.push(("pos", 1));
+    }
+
+    fn context(&self, k: &KernelSpec, _target: &Target) -> Value {
+        let Attention { heads, kv_heads, head_dim, scale, block, sparse } = *self;
+        let Tuning::Attention(t) = &k.tuning else { return json!({}) };
+        json!({
+            "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "block": block, "sparse": sparse,
+            "group": heads / kv_heads, "kv_width": kv_heads * head_dim,
+            "scale": c_float(scale), "splits": t.splits, "split_blocks": t.split_blocks,
+            "state": head_dim + 2, "max_window": MAX_WINDOW,
+            "v_lanes": head_dim / 8, "v_rows": k.launch.wave_size / (head_dim / 8).max(1),
+        })
+    }
+}

@@ -1,0 +1,271 @@
+//! `gemv`: a quantized matrix times a window of input columns, on the float path
+//! (`templates/ops/gemv.cu.hbs`: weights dequantized, input tiles in shared memory) or
+//! the int8-dot path (`gemv_q8.cu.hbs`, input quantized by `quantize_q8`), as
+//! [`rules::gemv_q8`] decides. The expert products ([`super::expert_gemv`]) are a mode
+//! of the same two templates and share the checks and context here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch};
+use crate::plan::rules::{self, Q8_BLOCKS_PER_CU};
+use crate::plan::{Dim, Elem, GemvQ8Tuning, GemvTuning, KernelSpec, Options, Tuning};
+use crate::quant::GgmlType;
+use crate::target::Target;
+
+/// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t < window`: a quantized matrix-vector
+/// product over a window of `window` input columns (1 = plain decode; more = the
+/// speculative verify window, reading the weights once for all columns).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Gemv {
+    /// Weight type.
+    pub quant: GgmlType,
+    /// Output features (weight rows).
+    pub rows: u32,
+    /// Input features (row length).
+    pub cols: u32,
+    /// Columns per launch.
+    pub window: u32,
+}
+
+impl KernelOp for Gemv {
+    fn kernel_name(&self) -> String {
+        let Gemv { quant, rows, cols, window } = self;
+        let q = quant.name().to_ascii_lowercase();
+        match window {
+            1 => format!("gemv_{q}_{rows}x{cols}"),
+            _ => format!("gemv_{q}_{rows}x{cols}_t{window}"),
+        }
+    }
+
+    fn record(&self, target: &Target, options: &Options) -> Parts {
+        let Gemv { quant, rows, cols, window } = *self;
+        let wave = target.device.wave_size;
+        let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
+        let w = buffer("w", Elem::U8, fixed_len(u64::from(rows) * row_bytes), false);
+        let y = buffer("y", Elem::F32, fixed_len(window * rows), true);
+        match rules::gemv_q8(quant, rows, cols, window, target, options) {
+            Some(t) => {
+                let blocks =
+                    rows.div_ceil(t.rows_per_wave * t.waves).min(target.device.compute_units * Q8_BLOCKS_PER_CU);
+                let grid = [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)];
+                let shared = q8_shared_bytes(&t);
+                Parts {
+                    launch: launch(target, grid, t.waves * wave, shared),
+                    tuning: Tuning::GemvQ8(t),
+                    buffers: vec![
+                        w,
+                        buffer("xq", Elem::U8, fixed_len(window * cols), false),
+                        buffer("xd", Elem::F32, fixed_len(window * cols / 32 * 2), false),
+                        y,
+                    ],
+                    scalars: vec![],
+                }
+            }
+            None => {
+                let t = rules::gemv(rows, cols, window, target);
+                let grid = [Dim::Fixed(rows.div_ceil(t.rows_per_block)), Dim::Fixed(1), Dim::Fixed(1)];
+                Parts {
+                    launch: launch(target, grid, t.waves * wave, float_shared_bytes(&t, window)),
+                    tuning: Tuning::Gemv(t),
+                    buffers: vec![w, buffer("x", Elem::F32, fixed_len(window * cols), false), y],
+                    scalars: vec![],
+                }
+            }
+        }
+    }
+
+    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+        let Gemv { quant, rows, cols, window } = *self;
+        c.window(window);
+        check_tuning(k, c, quant, rows, cols, window);
+        let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(u64::MAX);
+        c.extents.push(("w", u64::from(rows).saturating_mul(row_bytes)));
+        c.extents.push(("y", u64::from(window * rows)));
+    }
+
+    fn context(&self, k: &KernelSpec, target: &Target) -> Value {
+        let Gemv { quant, rows, cols, window } = *self;
+        let weights = json!({ "experts": false, "w_base": "", "w_len": format!("{}ull", fixed(k, "w")) });
+        super::merge(gemv_context(k, target, quant, rows, cols, window), weights)
+    }
+
+    fn template(&self, k: &KernelSpec) -> Option<&'static str> {
+        Some(template(k))
+    }
+}
+
+/// The template of a GEMV record: by its tuning.
+pub(crate) fn template(k: &KernelSpec) -> &'static str {
+    match k.tuning {
+        Tuning::GemvQ8(_) => "gemv_q8",
+        _ => "gemv",
+    }
+}
+
+/// Shared bytes of a float-path GEMV: the window's staged input tile (padded chunks),
+/// and the split-K partial sums.
+pub(crate) fn float_shared_bytes(t: &GemvTuning, window: u32) -> u32 {
+    let table = window * (t.tile_cols / 32) * t.chunk_stride * 4;
+    table + if t.split > 1 { t.waves * window * 4 } else { 0 }
+}
+
+/// Shared bytes of an int8-dot GEMV: each wave's row slabs, 16-byte aligned, and the
+/// lookup grid.
+pub(crate) fn q8_shared_bytes(t: &GemvQ8Tuning) -> u32 {
+    t.waves * t.rows_per_wave * t.slab_bytes.next_multiple_of(16) + t.table_bytes
+}
+
+/// The checks of either GEMV path's tuning and input extents (GEMV and expert products).
+pub(crate) fn check_tuning(k: &KernelSpec, c: &mut Checker, quant: GgmlType, rows: u32, cols: u32, window: u32) {
+    let l = &k.launch;
+    let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(u64::MAX);
+    let inputs = input_rows(k, window);
+    match &k.tuning {
+        Tuning::Gemv(g) => {
+            if g.tile_cols == 0 || g.tile_cols % 32 != 0 || g.tile_cols > cols {
+                c.fail(
+                    "the input tile",
+                    format!("{} columns", g.tile_cols),
+                    format!("it must be whole 32-column chunks of the {cols}-column row"),
+                );
+            }
+            if g.split == 0 || g.waves % g.split != 0 || g.rows_per_block * g.split != g.waves || g.waves != l.waves {
+                c.fail(
+                    "the wave split",
+                    format!("{} waves, {} per row, {} rows per block", g.waves, g.split, g.rows_per_block),
+                    "waves must divide evenly into rows".into(),
+                );
+            }
+            let needed = float_shared_bytes(g, window);
+            if needed != l.shared_bytes {
+                c.fail(
+                    "declared shared memory",
+                    format!("{} bytes", l.shared_bytes),
+                    format!("a {window}-column window table of {} columns needs {needed} bytes", g.tile_cols),
+                );
+            }
+            let grid_x = c.grid_x();
+            if grid_x.saturating_mul(u64::from(g.rows_per_block.max(1))) < u64::from(rows) {
+                c.fail(
+                    "rows covered by the grid",
+                    (grid_x * u64::from(g.rows_per_block)).to_string(),
+                    format!("the matrix has {rows}"),
+                );
+            }
+            c.extents.push(("x", u64::from(inputs * cols)));
+        }
+        Tuning::GemvQ8(g) => {
+            let (block_bytes, block_chunks) = (quant.block_bytes() as u32, quant.block_len() as u32 / 32);
+            let v = g.vector_bytes;
+            if ![2, 4, 8, 16].contains(&v)
+                || row_bytes % u64::from(v) != 0
+                || g.slab_bytes == 0
+                || g.slab_bytes % v != 0
+                || g.slab_bytes % block_bytes != 0
+                || g.slab_chunks != g.slab_bytes / block_bytes * block_chunks
+                || g.slab_chunks % l.wave_size != 0
+                || g.loads * v * l.wave_size < g.slab_bytes
+            {
+                c.fail(
+                    "the weight slab",
+                    format!(
+                        "{} bytes in {v}-byte loads, {} chunks, {} loads a lane",
+                        g.slab_bytes, g.slab_chunks, g.loads
+                    ),
+                    format!(
+                        "a slab is whole {block_bytes}-byte blocks and whole loads dividing the {row_bytes}-byte \
+                         rows, with chunks a multiple of the wave"
+                    ),
+                );
+            }
+            // Each wave's slab starts 16-byte aligned (the decoders' aligned loads).
+            let table = rules::lookup_table(quant).map_or(0, |(_, elem, len)| elem * len);
+            let slabs = g.waves * g.rows_per_wave * g.slab_bytes.next_multiple_of(16);
+            if g.waves != l.waves || g.table_bytes != table || slabs + table != l.shared_bytes {
+                c.fail(
+                    "declared shared memory",
+                    format!("{} bytes for {} waves", l.shared_bytes, l.waves),
+                    format!(
+                        "{} waves of {} {}-byte slabs, 16-byte aligned, and a {table}-byte lookup grid need {}",
+                        g.waves,
+                        g.rows_per_wave,
+                        g.slab_bytes,
+                        slabs + table
+                    ),
+                );
+            }
+            // Blocks step over the row groups, so any grid of at least one block covers them.
+            let grid_x = c.grid_x();
+            if g.rows_per_wave == 0 || grid_x == 0 {
+                c.fail(
+                    "rows per wave and blocks",
+                    format!("{} rows a wave, {grid_x} blocks", g.rows_per_wave),
+                    "at least one of each".into(),
+                );
+            }
+            c.extents.push(("xq", u64::from(inputs * cols)));
+            c.extents.push(("xd", u64::from(inputs * cols / 32 * 2)));
+        }
+        _ => c.tuning_missing("a GEMV needs GEMV tuning"),
+    }
+}
+
+/// Input rows of a window's product: one a column, or for an expert product reading
+/// each choice's own activation, one a choice.
+fn input_rows(k: &KernelSpec, window: u32) -> u32 {
+    match &k.op {
+        crate::ops::Op::ExpertGemv(e) if e.input == super::ExpertInput::Choice => window * e.used,
+        _ => window,
+    }
+}
+
+/// The template context both GEMV templates read, by tuning (expert products too).
+pub(crate) fn gemv_context(
+    k: &KernelSpec,
+    target: &Target,
+    quant: GgmlType,
+    rows: u32,
+    cols: u32,
+    window: u32,
+) -> Value {
+    let l = &k.launch;
+    let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
+    match &k.tuning {
+        Tuning::GemvQ8(t) => {
+            let table = rules::lookup_table(quant);
+            json!({
+                "quant": quant.name().to_ascii_lowercase(),
+                "quant_name": quant.name(),
+                "rows": rows, "cols": cols, "window": window, "row_bytes": row_bytes,
+                "chunks": cols / 32, "vector_bytes": t.vector_bytes,
+                "vector": match t.vector_bytes { 16 => "strata_u4", 8 => "strata_u2", 4 => "u32", _ => "u16" },
+                "row_vecs": row_bytes / u64::from(t.vector_bytes),
+                "slab_bytes": t.slab_bytes, "slab_vecs": t.slab_bytes / t.vector_bytes, "slab_chunks": t.slab_chunks,
+                "slab_stride": t.slab_bytes.next_multiple_of(16),
+                "table": table.map(|(name, _, _)| name),
+                "table_type": table.map(|(_, bytes, _)| if bytes == 8 { "u64" } else { "u32" }),
+                "table_len": table.map(|(_, _, n)| n),
+                "slabs": (row_bytes as u32).div_ceil(t.slab_bytes),
+                "rows_per_wave": t.rows_per_wave, "groups": rows.div_ceil(t.rows_per_wave),
+                "blocks": match l.grid[0] { Dim::Fixed(n) => n, Dim::Runtime { .. } => 0 },
+                "loads": t.loads, "chunks_per_lane": t.slab_chunks / target.device.wave_size,
+                "xq_len": fixed(k, "xq"), "xd_len": fixed(k, "xd"), "y_len": fixed(k, "y"),
+            })
+        }
+        Tuning::Gemv(t) => json!({
+            "quant": quant.name().to_ascii_lowercase(),
+            "quant_name": quant.name(),
+            "rows": rows, "cols": cols, "window": window,
+            "row_bytes": row_bytes,
+            "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
+            "chunks": cols / 32,
+            "tile_cols": t.tile_cols, "tile_chunks": t.tile_cols / 32, "chunk_stride": t.chunk_stride,
+            "tile_floats": t.tile_cols / 32 * t.chunk_stride,
+            "split": t.split, "split_k": t.split > 1, "rows_per_block": t.rows_per_block,
+            "lanes": t.split * target.device.wave_size,
+            "x_len": fixed(k, "x"), "y_len": fixed(k, "y"),
+        }),
+        _ => json!({}),
+    }
+}
