@@ -144,7 +144,7 @@ impl Forward {
 
     /// Whether the merge can quantize its output: its heads are whole int8 chunks.
     pub fn merge_quantizes(&self) -> bool {
-        self.head_dim % 32 == 0
+        self.head_dim.is_multiple_of(32)
     }
 
     /// SiLU·mul of the FFN (of the experts' stacked gate·up rows in a MoE layer).

@@ -65,7 +65,7 @@ impl KernelOp for AddRmsNorm {
 
     fn check(&self, k: &KernelSpec, c: &mut Checker) {
         norm_checks(k, c, self.n);
-        if self.q8 && self.n % 32 != 0 {
+        if self.q8 && !self.n.is_multiple_of(32) {
             c.fail("row length", self.n.to_string(), "its int8 quants are whole 32-element chunks".into());
         }
         c.extents.push(("w", u64::from(self.n)));

@@ -159,7 +159,7 @@ pub(crate) fn check_tuning(k: &KernelSpec, c: &mut Checker, quant: GgmlType, row
             let (block_bytes, block_chunks) = (quant.block_bytes() as u32, quant.block_len() as u32 / 32);
             let v = g.vector_bytes;
             if ![2, 4, 8, 16].contains(&v)
-                || row_bytes % u64::from(v) != 0
+                || !row_bytes.is_multiple_of(u64::from(v))
                 || g.slab_bytes == 0
                 || g.slab_bytes % v != 0
                 || g.slab_bytes % block_bytes != 0

@@ -40,7 +40,7 @@ impl KernelOp for QuantizeQ8 {
     fn check(&self, _k: &KernelSpec, c: &mut Checker) {
         let chunks = u64::from(self.cols / 32);
         let covered = c.grid_y().saturating_mul(u64::from(c.kernel.launch.threads));
-        if self.cols % 32 != 0 || covered < chunks {
+        if !self.cols.is_multiple_of(32) || covered < chunks {
             c.fail("chunks covered per row", covered.to_string(), format!("rows have {chunks} chunks of 32"));
         }
     }

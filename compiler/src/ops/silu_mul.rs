@@ -48,7 +48,7 @@ impl KernelOp for SiluMul {
 
     fn check(&self, _k: &KernelSpec, c: &mut Checker) {
         c.covers(u64::from(self.n), c.grid_x());
-        if self.q8 && self.n % 32 != 0 {
+        if self.q8 && !self.n.is_multiple_of(32) {
             c.fail("row length", self.n.to_string(), "its int8 quants are whole 32-element chunks".into());
         }
     }

@@ -1,0 +1,89 @@
+//! The GEMV reference (`Op::Gemv`), for both of its kernels: the float product reads
+//! `x`, the int8-dot product reads `x` quantized (`xq`, `xd`) and is referenced by the
+//! float product of the same dequantized activations (see [`OpIo::activations`]).
+
+use rayon::prelude::*;
+
+use super::RunError;
+use super::io::{OpIo, dot};
+use strata_compiler::ops;
+
+/// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t < window`, rows dequantized one at a time
+/// and spread over all cores.
+pub(super) fn run(op: &ops::Gemv, io: &mut OpIo) -> Result<(), RunError> {
+    let ops::Gemv { quant, rows, cols, window } = *op;
+    let (rows, cols, window) = (rows as usize, cols as usize, window as usize);
+    let x = io.activations(window * cols);
+    let w = io.input("w");
+    let row_bytes = quant.row_bytes(cols as u64).unwrap_or(0) as usize;
+    let mut y = vec![0f32; window * rows];
+    let results: Vec<Vec<f32>> = (0..rows)
+        .into_par_iter()
+        .map(|r| {
+            let mut wr = vec![0f32; cols];
+            // Rows were sized by `bind`; a dequantization error cannot occur.
+            let _ = quant.dequantize(&w[r * row_bytes..(r + 1) * row_bytes], &mut wr);
+            (0..window).map(|t| dot(&wr, &x[t * cols..(t + 1) * cols])).collect()
+        })
+        .collect();
+    for (r, column) in results.iter().enumerate() {
+        for t in 0..window {
+            y[t * rows + r] = column[t];
+        }
+    }
+    io.output_floats("y", &y);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+    use strata_compiler::ops::{self, Op};
+    use strata_compiler::plan::{Int8Dot, Options, Tuning, rules};
+    use strata_compiler::quant::{GgmlType, random_blocks, random_floats};
+    use strata_compiler::target::Target;
+
+    use super::super::io::{f32_bytes, floats};
+    use super::super::{Arg, Backend, Cpu, quantize_q8};
+
+    /// The int8 GEMV's reference is the float GEMV of the dequantized activations.
+    #[test]
+    fn int8_gemv_reference_is_the_float_product_of_dequantized_activations() {
+        let target = Target::load("sm_90").expect("known");
+        let (rows, cols, window) = (8u32, 512u32, 3u32);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for quant in [GgmlType::Q4_0, GgmlType::IQ2_XS] {
+            let op = Op::Gemv(ops::Gemv { quant, rows, cols, window });
+            let (q8, float) = (
+                rules::kernel_with(op.clone(), &target, &Options { int8: Int8Dot::Always, ..Options::default() }),
+                rules::kernel_with(op, &target, &Options { int8: Int8Dot::Never, ..Options::default() }),
+            );
+            assert!(matches!(q8.tuning, Tuning::GemvQ8(_)) && matches!(float.tuning, Tuning::Gemv(_)));
+            let mut w = vec![0u8; quant.row_bytes(u64::from(cols)).expect("whole") as usize * rows as usize];
+            random_blocks(quant, &mut rng, &mut w, 0.05).expect("valid");
+            let x = random_floats(&mut rng, (window * cols) as usize, 1.0);
+            let (xq, xd) = quantize_q8(&x);
+            let dequantized: Vec<f32> = (0..x.len()).map(|i| f32::from(xq[i] as i8) * xd[i / 32 * 2]).collect();
+            let mut cpu = Cpu::new();
+            let mut buffer = |bytes: &[u8]| {
+                let b = cpu.alloc(bytes.len()).expect("host memory");
+                cpu.write(b, 0, bytes).expect("in bounds");
+                Arg::Buf(b, 0)
+            };
+            let (wb, xqb, xdb, xb) =
+                (buffer(&w), buffer(&xq), buffer(&f32_bytes(&xd)), buffer(&f32_bytes(&dequantized)));
+            let (y1, y2) =
+                (buffer(&vec![0; (window * rows) as usize * 4]), buffer(&vec![0; (window * rows) as usize * 4]));
+            cpu.call(&q8, &[("w", wb), ("xq", xqb), ("xd", xdb), ("y", y1)]).expect("runs");
+            cpu.call(&float, &[("w", wb), ("x", xb), ("y", y2)]).expect("runs");
+            let read = |cpu: &mut Cpu, a: Arg| {
+                let Arg::Buf(b, _) = a else { unreachable!() };
+                let mut out = vec![0u8; (window * rows) as usize * 4];
+                cpu.read(b, 0, &mut out).expect("in bounds");
+                floats(&out, (window * rows) as usize)
+            };
+            assert_eq!(read(&mut cpu, y1), read(&mut cpu, y2), "{quant}");
+        }
+    }
+}
