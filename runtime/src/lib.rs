@@ -3,6 +3,7 @@
 
 pub mod artifacts;
 pub mod backend;
+pub mod bench;
 pub mod chat;
 pub mod generate;
 pub mod kernels;

@@ -596,7 +596,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 /// The per-kernel table of `strata-run bench --kernels`.
-fn print_kernel_report(r: &strata_runtime::model::KernelReport) {
+fn print_kernel_report(r: &strata_runtime::bench::KernelReport) {
     let copy = r.copy_bytes_per_s / 1e9;
     println!("copy bandwidth {copy:.0} GB/s (device to device, bytes read + written)");
     println!("{:<40} {:>12} {:>10} {:>9} {:>7}", "kernel", "bytes", "time (us)", "GB/s", "% copy");
@@ -608,7 +608,7 @@ fn print_kernel_report(r: &strata_runtime::model::KernelReport) {
 
 /// The verify-window tables of `strata-run bench --kernels --windows`: one per GEMV shape,
 /// rows indented so that scripts matching the per-kernel table's `^gemv_` lines skip them.
-fn print_window_report(r: &strata_runtime::model::KernelReport) {
+fn print_window_report(r: &strata_runtime::bench::KernelReport) {
     if r.windows.is_empty() {
         return;
     }

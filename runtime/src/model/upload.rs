@@ -8,7 +8,7 @@ use strata_compiler::pack::Pack;
 use strata_compiler::plan;
 use strata_compiler::quant::GgmlType;
 
-use super::Weight;
+use super::weights::Weight;
 use crate::backend::{Backend, RunError};
 use crate::kernels::Kernels;
 

@@ -16,9 +16,9 @@ use strata_compiler::ops::{self, Op};
 use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Tuning};
 use strata_compiler::quant::{GgmlType, random_blocks, random_floats};
 
-use super::Model;
 use crate::backend::cpu::quantize_q8;
 use crate::backend::{Arg, BufferId, RunError};
+use crate::model::Model;
 
 /// Bytes of weight copies cycled through: above the largest last-level cache of the
 /// shipped targets (MI300's 256 MiB Infinity Cache; the H200's L2 is 50 MiB).

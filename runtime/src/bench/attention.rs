@@ -11,8 +11,8 @@ use rand_chacha::ChaCha8Rng;
 use strata_compiler::ops::{self, Op};
 use strata_compiler::quant::random_floats;
 
-use super::{Model, QsaKernels, qsa};
 use crate::backend::{Arg, RunError};
+use crate::model::{Model, QsaKernels, qsa};
 
 /// One measurement.
 #[derive(Clone, Debug)]

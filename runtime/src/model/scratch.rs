@@ -1,0 +1,116 @@
+//! The scratch buffers a forward pass works in, allocated once at load for the widest
+//! window: the residual stream, each product's input and output, the int8 quants of a
+//! product's input, attention's split partial states, QSA's block selection, the routing
+//! of a mixture of experts, the logits and the token ids in and out.
+//!
+//! Every captured step bakes these buffers in, so they never move.
+
+use strata_compiler::model::ModelDesc;
+use strata_compiler::ops::{self, Op, RouteLayout};
+use strata_compiler::plan::{MAX_WINDOW, Tuning, rules};
+
+use crate::backend::{Backend, BufferId, RunError};
+use crate::kernels::Kernels;
+
+/// Scratch buffers for a window of up to `window` tokens.
+pub(crate) struct Scratch {
+    pub(super) x: [BufferId; 2],
+    pub(super) h: BufferId,
+    pub(crate) q: BufferId,
+    pub(super) k: BufferId,
+    pub(super) v: BufferId,
+    pub(super) qkv: BufferId,
+    pub(super) qkn: BufferId,
+    pub(crate) attn: BufferId,
+    pub(super) proj: BufferId,
+    pub(super) gate: BufferId,
+    pub(super) up: BufferId,
+    pub(super) gate_up: BufferId,
+    pub(super) act: BufferId,
+    /// The int8 quants of a product's input, and per 32-element chunk (scale, sum).
+    pub(super) xq: BufferId,
+    pub(super) xd: BufferId,
+    pub(super) logits: BufferId,
+    pub(super) ids: BufferId,
+    pub(crate) pos: BufferId,
+    pub(super) next: BufferId,
+    pub(super) cos_sin: BufferId,
+    /// Attention's split partial states and split counts.
+    pub(crate) partial: BufferId,
+    pub(crate) splits: BufferId,
+    /// QSA: block scores, the selected blocks and their counts, per (token, KV head).
+    pub(crate) scores: BufferId,
+    pub(crate) list: BufferId,
+    pub(crate) count: BufferId,
+    /// Mixture of experts: router logits, the routing ([`RouteLayout`]) and weights, each
+    /// choice's gate·up and down outputs.
+    pub(super) router: BufferId,
+    pub(super) route: BufferId,
+    pub(super) route_weights: BufferId,
+    pub(super) expert_gate_up: BufferId,
+    pub(super) expert_parts: BufferId,
+}
+
+impl Scratch {
+    /// Allocates scratch for windows of `window` tokens of `desc`, a context of `n_ctx`
+    /// positions in `n_blocks` KV blocks, and as many attention splits as the compiled
+    /// merge takes.
+    pub(super) fn alloc(
+        b: &mut dyn Backend,
+        kernels: &mut Kernels,
+        desc: &ModelDesc,
+        window: u32,
+        n_ctx: u32,
+        n_blocks: usize,
+    ) -> Result<Scratch, RunError> {
+        let splits = match kernels
+            .get(&Op::AttentionMerge(ops::AttentionMerge { heads: desc.heads, head_dim: desc.head_dim_k, q8: false }))?
+            .tuning
+        {
+            Tuning::Attention(t) => t.splits as usize,
+            _ => rules::ATTENTION_SPLITS as usize,
+        };
+        let w = window as usize;
+        let kv_width = (desc.kv_heads * desc.head_dim_k) as usize;
+        let f32s = |b: &mut dyn Backend, n: usize| b.alloc(n * 4);
+        let (e, qd, kd, ffn) =
+            (desc.embd as usize, (desc.heads * desc.head_dim_k) as usize, kv_width, desc.ffn as usize);
+        // Mixture of experts: per token, `used` choices of the experts' FFN width.
+        let (n_experts, used, effn) =
+            desc.experts.map_or((1, 1, 1), |x| (x.count as usize, x.used as usize, x.ffn as usize));
+        let route_len = RouteLayout::new(n_experts as u32, used as u32).len() as usize;
+        let widest = [e, qd, ffn, used * effn].into_iter().max().unwrap_or(0);
+        Ok(Scratch {
+            x: [f32s(b, w * e)?, f32s(b, w * e)?],
+            h: f32s(b, w * e)?,
+            q: f32s(b, w * qd)?,
+            k: f32s(b, w * kd)?,
+            v: f32s(b, w * kd)?,
+            qkv: f32s(b, qd + 2 * kd)?,
+            qkn: f32s(b, w * (qd + kd))?,
+            attn: f32s(b, w * qd)?,
+            proj: f32s(b, w * e)?,
+            gate: f32s(b, w * ffn)?,
+            up: f32s(b, w * ffn)?,
+            gate_up: f32s(b, 2 * ffn)?,
+            act: f32s(b, w * ffn.max(used * effn))?,
+            xq: b.alloc(w * widest)?,
+            xd: f32s(b, w * widest / 16)?,
+            logits: f32s(b, w * desc.vocab as usize)?,
+            ids: f32s(b, w)?,
+            pos: f32s(b, 1)?,
+            next: f32s(b, w)?,
+            cos_sin: f32s(b, n_ctx as usize * desc.rope_dims as usize)?,
+            partial: f32s(b, w * desc.heads as usize * splits * (desc.head_dim_k as usize + 2))?,
+            splits: f32s(b, w * desc.heads as usize)?,
+            scores: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize * n_blocks)?,
+            list: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize * n_blocks)?,
+            count: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize)?,
+            router: f32s(b, w * n_experts)?,
+            route: f32s(b, route_len)?,
+            route_weights: f32s(b, MAX_WINDOW as usize * used)?,
+            expert_gate_up: f32s(b, w * used * 2 * effn)?,
+            expert_parts: f32s(b, w * used * e)?,
+        })
+    }
+}
