@@ -8,7 +8,6 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use strata_compiler::ops::{self, Op};
 use strata_compiler::quant::random_floats;
 
 use crate::backend::{Arg, RunError};
@@ -42,27 +41,12 @@ impl Model {
             return Err(RunError::Other(format!("contexts must be 1 to --ctx {}", self.n_ctx)));
         }
         let d = self.desc.clone();
-        let (heads, kv_heads, head_dim, block) = (d.heads, d.kv_heads, d.head_dim_k, self.block);
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        let dense = self.kernels.get(&Op::Attention(ops::Attention {
-            heads,
-            kv_heads,
-            head_dim,
-            scale,
-            block,
-            sparse: false,
-        }))?;
-        let merge = self.kernels.get(&Op::AttentionMerge(ops::AttentionMerge { heads, head_dim, q8: false }))?;
-        let sparse = self.kernels.get(&Op::Attention(ops::Attention {
-            heads,
-            kv_heads,
-            head_dim,
-            scale,
-            block,
-            sparse: true,
-        }))?;
-        let score = self.kernels.get(&Op::QsaScore(ops::QsaScore { heads, kv_heads, head_dim, block }))?;
-        let select = self.kernels.get(&Op::QsaSelect(ops::QsaSelect { kv_heads, block }))?;
+        let (heads, head_dim, block) = (d.heads, d.head_dim_k, self.block);
+        let dense = self.kernels.get(&self.ops.attention(false))?;
+        let merge = self.kernels.get(&self.ops.merge(false))?;
+        let sparse = self.kernels.get(&self.ops.attention(true))?;
+        let score = self.kernels.get(&self.ops.qsa_score())?;
+        let select = self.kernels.get(&self.ops.qsa_select())?;
         self.fill_context(deepest, 7)?;
         let q = random_floats(&mut ChaCha8Rng::seed_from_u64(11), (heads * head_dim) as usize, 1.0);
         let q_bytes: Vec<u8> = q.iter().flat_map(|v| v.to_le_bytes()).collect();

@@ -9,8 +9,7 @@
 //! past the QSA budget attend sparsely (score, select, attention over the list).
 //! Nothing here synchronizes: the callers capture or run what it queues.
 
-use strata_compiler::model::Family;
-use strata_compiler::ops::{self, ExpertInput, Op, RopeStyle};
+use strata_compiler::ops::{ExpertInput, Op};
 use strata_compiler::plan::{KernelSpec, Tuning};
 
 use super::kv::Cache;
@@ -49,49 +48,26 @@ impl Model {
         let at = |id, floats: u32| Arg::Buf(id, floats as usize * 4);
         let (qd, kd) = (d.heads * d.head_dim_k, d.kv_heads * d.head_dim_k);
 
-        let embed = self.kernels.get(&Op::Embed(ops::Embed { quant: self.embed.ty, cols: d.embd, vocab: d.vocab }))?;
+        let embed = self.kernels.get(&self.ops.embed(self.embed.ty))?;
         self.backend.call(
             &embed,
             &[("table", buf(self.embed.buf)), ("ids", buf(ids)), ("y", buf(x[0])), ("tokens", Arg::U32(t))],
         )?;
-        let (heads, kv_heads, head_dim, block) = (d.heads, d.kv_heads, d.head_dim_k, self.block);
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        let dense = self.kernels.get(&Op::Attention(ops::Attention {
-            heads,
-            kv_heads,
-            head_dim,
-            scale,
-            block,
-            sparse: false,
-        }))?;
+        let dense = self.kernels.get(&self.ops.attention(false))?;
         let qsa = match self.qsa.filter(|_| sparse) {
             Some(budget) => Some(QsaKernels {
-                score: self.kernels.get(&Op::QsaScore(ops::QsaScore { heads, kv_heads, head_dim, block }))?,
-                select: self.kernels.get(&Op::QsaSelect(ops::QsaSelect { kv_heads, block }))?,
-                sparse: self.kernels.get(&Op::Attention(ops::Attention {
-                    heads,
-                    kv_heads,
-                    head_dim,
-                    scale,
-                    block,
-                    sparse: true,
-                }))?,
+                score: self.kernels.get(&self.ops.qsa_score())?,
+                select: self.kernels.get(&self.ops.qsa_select())?,
+                sparse: self.kernels.get(&self.ops.attention(true))?,
                 budget,
             }),
             None => None,
         };
-        let n_blocks = self.n_ctx.div_ceil(block);
-        let style = if d.family == Family::Llama { RopeStyle::Normal } else { RopeStyle::Neox };
-        let rope_store = self.kernels.get(&Op::RopeStore(ops::RopeStore {
-            style,
-            heads: d.heads,
-            kv_heads: d.kv_heads,
-            head_dim: d.head_dim_k,
-            rope_dims: d.rope_dims,
-            block,
-        }))?;
+        let n_blocks = self.n_ctx.div_ceil(self.block);
+        let rope_store = self.kernels.get(&self.ops.rope_store())?;
         let mut cur = 0;
-        self.rmsnorm(d.embd, buf(x[0]), self.layers[0].attn_norm, buf(h), t)?;
+        let norm = self.ops.norm();
+        self.rmsnorm(&norm, buf(x[0]), self.layers[0].attn_norm, buf(h), t)?;
         // Whether h's int8 quants are in xq/xd already (made by the norm that wrote h).
         let mut h_q8 = false;
         for l in 0..self.layers.len() {
@@ -110,30 +86,29 @@ impl Model {
                     (q, k, v)
                 }
             };
-            for (bias, y, n) in [(ly.q_bias, q, qd), (ly.k_bias, k, kd), (ly.v_bias, v, kd)] {
+            let weights = [(ly.q_bias, q), (ly.k_bias, k), (ly.v_bias, v)];
+            for ((op, _), (bias, y)) in self.ops.biases().into_iter().flatten().zip(weights) {
                 if let Some(bias) = bias {
-                    self.add(n, y, buf(bias.buf), y, t, true)?;
+                    self.add(&op, y, buf(bias.buf), y, t)?;
                 }
             }
             // Per-head norms (qwen3) write Q then K into one buffer: in one launch where
             // the decode step's fused product left the Q and K heads side by side.
-            let (q, k) = match ly.qk_norm {
-                Some([qw, kw, both]) => {
+            let (q, k) = match (ly.qk_norm, self.ops.head_norm(), self.ops.qk_norm()) {
+                (Some([qw, kw, both]), Some(head_norm), Some(fused)) => {
                     let (qn, kn) = (buf(self.s.qkn), at(self.s.qkn, t * qd));
-                    let fused =
-                        Op::RmsNorm(ops::RmsNorm { n: d.head_dim_k, eps: d.rms_eps, qk: Some([d.heads, d.kv_heads]) });
                     if t == 1 && ly.qkv.is_some() && self.kernels.has(&fused) {
                         let spec = self.kernels.get(&fused)?;
                         let w = Arg::Buf(both.buf, both.offset);
                         self.backend
                             .call(&spec, &[("x", q), ("w", w), ("y", qn), ("rows", Arg::U32(d.heads + d.kv_heads))])?;
                     } else {
-                        self.rmsnorm(d.head_dim_k, q, qw, qn, t * d.heads)?;
-                        self.rmsnorm(d.head_dim_k, k, kw, kn, t * d.kv_heads)?;
+                        self.rmsnorm(&head_norm, q, qw, qn, t * d.heads)?;
+                        self.rmsnorm(&head_norm, k, kw, kn, t * d.kv_heads)?;
                     }
                     (qn, kn)
                 }
-                None => (q, k),
+                _ => (q, k),
             };
             self.backend.call(
                 &rope_store,
@@ -153,9 +128,8 @@ impl Model {
             )?;
             self.attention(&dense, qsa.as_ref().filter(|_| l >= qsa::DENSE_LAYERS), q, cache, t, n_blocks)?;
             // The merge quantizes its output where the output projection reads int8.
-            let merge_q8 =
-                self.fuse_q8(&Op::AttentionMerge(ops::AttentionMerge { heads, head_dim, q8: true }), &[ly.o], t)?;
-            let merge = self.kernels.get(&Op::AttentionMerge(ops::AttentionMerge { heads, head_dim, q8: merge_q8 }))?;
+            let merge_q8 = self.fuse_q8(&self.ops.merge(true), &[ly.o], t)?;
+            let merge = self.kernels.get(&self.ops.merge(merge_q8))?;
             let mut args = vec![("partial", buf(self.s.partial)), ("splits", buf(self.s.splits)), ("out", buf(attn))];
             if merge_q8 {
                 args.extend([("xq", buf(self.s.xq)), ("xd", buf(self.s.xd))]);
@@ -187,7 +161,8 @@ impl Model {
                     if out.is_none() {
                         self.moe_sum(t)?;
                     }
-                    self.add(d.embd, buf(x[cur]), buf(proj), buf(x[1 - cur]), t, false)?;
+                    let residual = self.ops.residual_add();
+                    self.add(&residual, buf(x[cur]), buf(proj), buf(x[1 - cur]), t)?;
                 }
             }
             cur = 1 - cur;
@@ -198,11 +173,11 @@ impl Model {
             Logits::None => Ok(()),
             Logits::Last => {
                 let last = Arg::Buf(x[cur], (t as usize - 1) * row);
-                self.rmsnorm(d.embd, last, self.output_norm, buf(h), 1)?;
+                self.rmsnorm(&norm, last, self.output_norm, buf(h), 1)?;
                 self.gemv(self.output, buf(h), buf(logits_buf), 1)
             }
             Logits::All => {
-                self.rmsnorm(d.embd, buf(x[cur]), self.output_norm, buf(h), t)?;
+                self.rmsnorm(&norm, buf(x[cur]), self.output_norm, buf(h), t)?;
                 self.gemv(self.output, buf(h), buf(logits_buf), t)
             }
         }
@@ -210,7 +185,7 @@ impl Model {
 
     /// Queues the argmax of `rows` rows of logits into `next`.
     pub(super) fn enqueue_argmax(&mut self, rows: u32) -> Result<(), RunError> {
-        let spec = self.kernels.get(&Op::Argmax(ops::Argmax { n: self.desc.vocab }))?;
+        let spec = self.kernels.get(&self.ops.argmax())?;
         self.backend.call(
             &spec,
             &[("x", Arg::Buf(self.s.logits, 0)), ("out", Arg::Buf(self.s.next, 0)), ("rows", Arg::U32(rows))],
@@ -229,7 +204,7 @@ impl Model {
             return Ok(false);
         }
         for w in consumers {
-            let spec = self.kernels.get(&Op::Gemv(ops::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window }))?;
+            let spec = self.kernels.get(&self.ops.product(w.matrix(), window))?;
             if matches!(spec.tuning, Tuning::GemvQ8(_)) {
                 return Ok(true);
             }
@@ -242,7 +217,7 @@ impl Model {
     fn products(&mut self, x: Arg, window: u32, products: &[(Weight, Arg)], quantized: bool) -> Result<(), RunError> {
         let specs = products
             .iter()
-            .map(|(w, _)| self.kernels.get(&Op::Gemv(ops::Gemv { quant: w.ty, rows: w.rows, cols: w.cols, window })))
+            .map(|(w, _)| self.kernels.get(&self.ops.product(w.matrix(), window)))
             .collect::<Result<Vec<_>, _>>()?;
         let (xq, xd) = (Arg::Buf(self.s.xq, 0), Arg::Buf(self.s.xd, 0));
         if let Some((w, _)) = products
@@ -252,7 +227,7 @@ impl Model {
             .map(|p| p.0)
             .filter(|_| !quantized)
         {
-            let quantize = self.kernels.get(&Op::QuantizeQ8(ops::QuantizeQ8 { cols: w.cols }))?;
+            let quantize = self.kernels.get(&self.ops.quantize(w.cols))?;
             self.backend.call(&quantize, &[("x", x), ("xq", xq), ("xd", xd), ("rows", Arg::U32(window))])?;
         }
         for ((w, y), spec) in products.iter().zip(&specs) {
@@ -265,8 +240,8 @@ impl Model {
         Ok(())
     }
 
-    fn rmsnorm(&mut self, n: u32, x: Arg, w: Weight, y: Arg, rows: u32) -> Result<(), RunError> {
-        let spec = self.kernels.get(&Op::RmsNorm(ops::RmsNorm { n, eps: self.desc.rms_eps, qk: None }))?;
+    fn rmsnorm(&mut self, norm: &Op, x: Arg, w: Weight, y: Arg, rows: u32) -> Result<(), RunError> {
+        let spec = self.kernels.get(norm)?;
         self.backend.call(&spec, &[("x", x), ("w", Arg::Buf(w.buf, w.offset)), ("y", y), ("rows", Arg::U32(rows))])
     }
 
@@ -284,11 +259,10 @@ impl Model {
         rows: u32,
         next: &[Weight],
     ) -> Result<bool, RunError> {
-        let (n, eps) = (self.desc.embd, self.desc.rms_eps);
-        let experts = if b.is_none() { self.desc.experts.map_or(0, |x| x.used) } else { 0 };
-        let fused = Op::AddRmsNorm(ops::AddRmsNorm { n, eps, q8: true, experts });
+        let experts = b.is_none() && self.desc.experts.is_some();
+        let fused = self.ops.add_norm(true, experts);
         let q8 = if next.is_empty() { self.kernels.has(&fused) } else { self.fuse_q8(&fused, next, rows)? };
-        let spec = self.kernels.get(&Op::AddRmsNorm(ops::AddRmsNorm { n, eps, q8, experts }))?;
+        let spec = self.kernels.get(&self.ops.add_norm(q8, experts))?;
         let buf = |id| Arg::Buf(id, 0);
         let mut args = vec![("a", buf(a)), ("w", buf(w.buf)), ("sum", buf(sum)), ("y", buf(y))];
         match b {
@@ -385,8 +359,8 @@ impl Model {
                 (g, u)
             }
         };
-        let act_q8 = self.fuse_q8(&Op::SiluMul(ops::SiluMul { n: ffn, q8: true, paired: false }), &[down], t)?;
-        let silu = self.kernels.get(&Op::SiluMul(ops::SiluMul { n: ffn, q8: act_q8, paired: false }))?;
+        let act_q8 = self.fuse_q8(&self.ops.silu_mul(true), &[down], t)?;
+        let silu = self.kernels.get(&self.ops.silu_mul(act_q8))?;
         let mut args = vec![("gate", gate), ("up", up), ("y", act)];
         if act_q8 {
             args.extend([("xq", Arg::Buf(self.s.xq, 0)), ("xd", Arg::Buf(self.s.xd, 0))]);
@@ -410,7 +384,7 @@ impl Model {
         let route_buf = s.route;
         // The router reads h as floats, so it does not disturb h's quants in xq/xd.
         self.products(h, t, &[(router, logits)], h_q8)?;
-        let routing = self.kernels.get(&Op::MoeRoute(ops::MoeRoute { experts: shape.count, used: shape.used }))?;
+        let routing = self.kernels.get(&self.ops.route().ok_or(RunError::Other("no routing".into()))?)?;
         self.backend
             .call(&routing, &[("logits", logits), ("route", route), ("weights", weights), ("tokens", Arg::U32(t))])?;
         let Some(x) = self.experts.as_mut() else { return Err(RunError::Other("experts were not loaded".into())) };
@@ -418,19 +392,10 @@ impl Model {
         let l = layer as usize;
         let (gate_up, down, slot_of, slots) = (x.gate_up[l], x.down[l], x.slot_of, x.pool_slots);
         let row = Arg::Buf(slot_of, (layer * shape.count) as usize * 4);
-        let product = |quant, rows, cols, input| {
-            Op::ExpertGemv(ops::ExpertGemv {
-                quant,
-                rows,
-                cols,
-                window: t,
-                used: shape.used,
-                experts: shape.count,
-                input,
-            })
-        };
-        let first = self.kernels.get(&product(gate_up.ty, 2 * shape.ffn, embd, ExpertInput::Token))?;
-        let second = self.kernels.get(&product(down.ty, embd, shape.ffn, ExpertInput::Choice))?;
+        let product =
+            |quant, input| self.ops.expert_product(quant, t, input).ok_or(RunError::Other("no experts".into()));
+        let first = self.kernels.get(&product(gate_up.ty, ExpertInput::Token)?)?;
+        let second = self.kernels.get(&product(down.ty, ExpertInput::Choice)?)?;
         let int8 = |spec: &KernelSpec| matches!(spec.tuning, Tuning::GemvQ8(_));
         // Each product reads its input quantized (int8 path) or as floats.
         let call = |b: &mut dyn Backend, spec: &KernelSpec, pool: experts::Pool, x, y| {
@@ -444,11 +409,11 @@ impl Model {
             b.call(spec, &args)
         };
         if int8(&first) && !h_q8 {
-            let quantize = self.kernels.get(&Op::QuantizeQ8(ops::QuantizeQ8 { cols: embd }))?;
+            let quantize = self.kernels.get(&self.ops.quantize(embd))?;
             self.backend.call(&quantize, &[("x", h), ("xq", xq), ("xd", xd), ("rows", Arg::U32(t))])?;
         }
         call(self.backend.as_mut(), &first, gate_up, h, gate_up_out)?;
-        let silu = self.kernels.get(&Op::SiluMul(ops::SiluMul { n: shape.ffn, q8: int8(&second), paired: true }))?;
+        let silu = self.kernels.get(&self.ops.silu_mul(int8(&second)))?;
         let mut args = vec![("gate_up", gate_up_out), ("y", act)];
         if int8(&second) {
             args.extend([("xq", xq), ("xd", xd)]);
@@ -461,16 +426,16 @@ impl Model {
     /// `proj` = the experts' outputs weighted by the routing (the last layer's; others leave
     /// the sum to the next norm).
     fn moe_sum(&mut self, t: u32) -> Result<(), RunError> {
-        let Some(shape) = self.desc.experts else { return Ok(()) };
+        let Some(sum) = self.ops.moe_sum() else { return Ok(()) };
         let s = &self.s;
         let buf = |id| Arg::Buf(id, 0);
         let args = [("parts", buf(s.expert_parts)), ("weights", buf(s.route_weights)), ("y", buf(s.proj))];
-        let sum = self.kernels.get(&Op::MoeSum(ops::MoeSum { n: self.desc.embd, used: shape.used }))?;
+        let sum = self.kernels.get(&sum)?;
         self.backend.call(&sum, &[args[0], args[1], args[2], ("tokens", Arg::U32(t))])
     }
 
-    fn add(&mut self, n: u32, a: Arg, b: Arg, y: Arg, tokens: u32, broadcast: bool) -> Result<(), RunError> {
-        let spec = self.kernels.get(&Op::Add(ops::Add { n, broadcast }))?;
+    fn add(&mut self, add: &Op, a: Arg, b: Arg, y: Arg, tokens: u32) -> Result<(), RunError> {
+        let spec = self.kernels.get(add)?;
         self.backend.call(&spec, &[("a", a), ("b", b), ("y", y), ("tokens", Arg::U32(tokens))])
     }
 }

@@ -36,6 +36,7 @@ use scratch::Scratch;
 use upload::Uploader;
 use weights::{Layer, Weight, Weights};
 
+use strata_compiler::forward::Forward;
 use strata_compiler::model::ModelDesc;
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::MAX_WINDOW;
@@ -60,6 +61,8 @@ pub struct Model {
     pub(crate) caches: Vec<Vec<Cache>>,
     /// KV positions per block of the key summaries (and of QSA's selection).
     pub(crate) block: u32,
+    /// The op of every step of the forward pass (the description the plan compiled).
+    pub(crate) ops: Forward,
     /// QSA's budget in blocks, where decode passes attend sparsely.
     qsa: Option<u32>,
     /// The slot forward passes run on.
@@ -130,6 +133,7 @@ impl Model {
         };
         // Routing takes up to MAX_WINDOW tokens a pass (and a small cache fewer).
         let window = experts.as_ref().map_or(window, |x| window.min(x.max_window).min(MAX_WINDOW));
+        let ops = Forward::new(&desc, block);
         Ok(Model {
             desc,
             backend,
@@ -143,6 +147,7 @@ impl Model {
             window,
             caches,
             block,
+            ops,
             qsa: None,
             slot: 0,
             pos: vec![0; slots],

@@ -5,7 +5,8 @@
 //! They are uploaded once, at load, through [`Uploader`]; the decode step's fused
 //! products (Q·K·V, gate·up) read stacked copies that the separate products view too.
 
-use strata_compiler::model::{Family, ModelDesc};
+use strata_compiler::forward::Matrix;
+use strata_compiler::model::ModelDesc;
 use strata_compiler::quant::GgmlType;
 
 use super::upload::Uploader;
@@ -22,6 +23,13 @@ pub(super) struct Weight {
     /// Row length (ggml `ne0`) and rows (`ne1`).
     pub(super) cols: u32,
     pub(super) rows: u32,
+}
+
+impl Weight {
+    /// The matrix a product of this weight reads.
+    pub(super) fn matrix(&self) -> Matrix {
+        Matrix { quant: self.ty, rows: self.rows, cols: self.cols }
+    }
 }
 
 /// Per-layer weights.
@@ -76,8 +84,7 @@ impl Weights {
         for i in 0..desc.layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             let nb = |s: &str| format!("blk.{i}.{s}");
-            let qwen2 = desc.family == Family::Qwen2;
-            let qwen3 = matches!(desc.family, Family::Qwen3 | Family::Qwen3Moe);
+            let (qwen2, qwen3) = (desc.family.qkv_bias(), desc.family.qk_norm());
             let q_bias = up.optional(b, &nb("attn_q.bias"), qwen2)?;
             let k_bias = up.optional(b, &nb("attn_k.bias"), qwen2)?;
             let v_bias = up.optional(b, &nb("attn_v.bias"), qwen2)?;
