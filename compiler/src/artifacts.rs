@@ -25,7 +25,7 @@ use crate::emit::{self, Dialect, EmitError, Module};
 use crate::model::ModelDesc;
 use crate::ops::Op;
 use crate::pack::{Pack, PackError};
-use crate::plan::{self, KernelSpec, Options, Plan, PlanError};
+use crate::plan::{self, KernelRecord, Options, Plan, PlanError};
 use crate::target::Target;
 
 /// Manifest format version; bumped when the layout changes incompatibly.
@@ -49,7 +49,7 @@ pub struct Manifest {
     /// The compiled module.
     pub module: ModuleRecord,
     /// Every kernel, sorted by name.
-    pub kernels: Vec<KernelRecord>,
+    pub kernels: Vec<BuiltKernel>,
 }
 
 /// Identifies the pack.
@@ -106,10 +106,10 @@ pub struct ModuleRecord {
 
 /// One kernel of the module.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct KernelRecord {
+pub struct BuiltKernel {
     /// The planned kernel: op, parameters, launch rule, arguments.
     #[serde(flatten)]
-    pub spec: KernelSpec,
+    pub kernel: KernelRecord,
     /// Its own source file.
     pub source: String,
     /// SHA-256 of its source text.
@@ -270,7 +270,7 @@ pub fn compile(
     let (binary_name, binary_sha256, resources, command) = match previous_build(out, &build_key) {
         Some(previous) => {
             progress(Stage::UpToDate);
-            let resources = previous.kernels.into_iter().map(|k| (k.spec.name, k.resources)).collect();
+            let resources = previous.kernels.into_iter().map(|k| (k.kernel.name, k.resources)).collect();
             (previous.module.binary, previous.module.binary_sha256, resources, previous.module.command)
         }
         None => {
@@ -325,7 +325,7 @@ pub fn compile(
         let path = out.join(&source);
         std::fs::write(&path, &src.text).map_err(io_error(&path))?;
         let resources = resources.get(&spec.name).cloned().unwrap_or(Resources::CheckedAtLoad);
-        kernels.push(KernelRecord { spec, source, source_sha256: src.hash.clone(), resources });
+        kernels.push(BuiltKernel { kernel: spec, source, source_sha256: src.hash.clone(), resources });
     }
     let source_path = out.join(format!("module.{ext}"));
     std::fs::write(&source_path, &module.source).map_err(io_error(&source_path))?;
@@ -361,11 +361,11 @@ pub fn compile(
 }
 
 /// Kernels whose compiled code assumes another wave size or block size than the launch
-/// record the host launches them by (both come from one `KernelSpec`; this proves the
+/// record the host launches them by (both come from one `KernelRecord`; this proves the
 /// compiler kept them). `wave_size` is the plan's: the target's, also when its kernels
 /// run on another device.
 pub fn launch_disagreements(
-    kernels: &[KernelSpec],
+    kernels: &[KernelRecord],
     wave_size: u32,
     geometry: &BTreeMap<String, build::Geometry>,
 ) -> Vec<CheckError> {

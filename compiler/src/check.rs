@@ -3,7 +3,7 @@
 //! kernel that fails at launch.
 
 use crate::ops::Checker;
-use crate::plan::{Dim, Extent, KernelSpec, Plan};
+use crate::plan::{Dim, Extent, KernelRecord, Plan};
 use crate::target::Target;
 
 /// Largest grid dimension along y and z (CUDA and HIP alike).
@@ -30,7 +30,7 @@ pub fn check(plan: &Plan, target: &Target) -> Vec<CheckError> {
     plan.kernels.iter().flat_map(|k| check_kernel(k, target)).collect()
 }
 
-fn check_kernel(k: &KernelSpec, target: &Target) -> Vec<CheckError> {
+fn check_kernel(k: &KernelRecord, target: &Target) -> Vec<CheckError> {
     let d = &target.device;
     let mut errors = Vec::new();
     let mut fail = |what: &str, value: String, limit: String| {
@@ -115,12 +115,12 @@ mod tests {
     use crate::plan::{Int8Dot, MAX_WINDOW, Options, Tuning, rules};
 
     /// A float-path GEMV (the int8 path has its own test).
-    fn gemv(rows: u32, cols: u32, window: u32, target: &Target) -> KernelSpec {
+    fn gemv(rows: u32, cols: u32, window: u32, target: &Target) -> KernelRecord {
         let op = Op::Gemv(ops::Gemv { quant: crate::quant::GgmlType::Q4_0, rows, cols, window });
         rules::kernel_with(op, target, &Options { int8: Int8Dot::Never, ..Options::default() })
     }
 
-    fn plan(kernels: Vec<KernelSpec>) -> Plan {
+    fn plan(kernels: Vec<KernelRecord>) -> Plan {
         Plan { target: "t".into(), options: Options::default(), kernels }
     }
 

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::digest::sha256_hex;
 use crate::ops::{self, Op};
-use crate::plan::{ERROR_BUFFER, Elem, Fault, KernelSpec, Plan, rules};
+use crate::plan::{ERROR_BUFFER, Elem, Fault, KernelRecord, Plan, rules};
 use crate::quant::{GgmlType, grids};
 use crate::target::{Target, Vendor};
 
@@ -283,7 +283,7 @@ fn wrap(items: &[String], per_line: usize) -> String {
 
 /// The template context of one kernel: what every template reads (name, id, buffer
 /// positions, threads, the signature made from the record) and the op's own values.
-fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
+fn context(spec: &KernelRecord, id: usize, target: &Target) -> Value {
     let l = &spec.launch;
     // Each buffer's position in the signature: what `--checked` kernels record.
     let buf: serde_json::Map<String, Value> =
@@ -306,7 +306,7 @@ fn context(spec: &KernelSpec, id: usize, target: &Target) -> Value {
 /// A kernel's parameter list, from its record: the buffers (`const` unless written,
 /// `restrict` unless the op may run in place), then the scalars, then a `--checked`
 /// build's error buffer (`STRATA_ERR_PARAM`, empty otherwise).
-pub fn signature(spec: &KernelSpec) -> String {
+pub fn signature(spec: &KernelRecord) -> String {
     let restrict = if spec.op.def().in_place() { "" } else { " STRATA_RESTRICT" };
     let mut params: Vec<String> = spec
         .buffers

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use strata_compiler::ops::{self, Op};
-use strata_compiler::plan::{Int8Dot, KernelSpec, Options, rules};
+use strata_compiler::plan::{Int8Dot, KernelRecord, Options, rules};
 use strata_compiler::target::Target;
 
 use crate::backend::RunError;
@@ -12,7 +12,7 @@ use crate::backend::RunError;
 /// Kernel records by name.
 #[derive(Clone, Debug)]
 pub struct Kernels {
-    by_name: HashMap<String, KernelSpec>,
+    by_name: HashMap<String, KernelRecord>,
     /// Where set, ops with no record are planned for this target on demand (CPU runs),
     /// with int8 GEMVs as the second field says.
     on_demand: Option<(Target, Options)>,
@@ -20,7 +20,7 @@ pub struct Kernels {
 
 impl Kernels {
     /// The kernels of a manifest: ops with no compiled kernel are refused by name.
-    pub fn compiled(specs: impl IntoIterator<Item = KernelSpec>) -> Kernels {
+    pub fn compiled(specs: impl IntoIterator<Item = KernelRecord>) -> Kernels {
         Kernels { by_name: specs.into_iter().map(|s| (s.name.clone(), s)).collect(), on_demand: None }
     }
 
@@ -40,7 +40,7 @@ impl Kernels {
     }
 
     /// The record of `op`.
-    pub fn get(&mut self, op: &Op) -> Result<KernelSpec, RunError> {
+    pub fn get(&mut self, op: &Op) -> Result<KernelRecord, RunError> {
         let name = op.kernel_name();
         if let Some(spec) = self.by_name.get(&name) {
             return Ok(spec.clone());
@@ -58,7 +58,7 @@ impl Kernels {
     }
 
     /// The kernels known so far (all compiled ones; those planned on demand once asked for).
-    pub fn specs(&self) -> impl Iterator<Item = &KernelSpec> {
+    pub fn specs(&self) -> impl Iterator<Item = &KernelRecord> {
         self.by_name.values()
     }
 

@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
 use strata_compiler::artifacts::Manifest;
 use strata_compiler::ops::{self, Op};
-use strata_compiler::plan::{ERROR_BUFFER, Elem, Extent, KernelSpec};
+use strata_compiler::plan::{ERROR_BUFFER, Elem, Extent, KernelRecord};
 use strata_compiler::quant::{self as random, GgmlType};
 
 use crate::backend::cpu::Cpu;
@@ -81,7 +81,7 @@ fn tolerance(op: &Op) -> f64 {
 }
 
 /// The scalar value a test launch uses.
-fn test_scalar(spec: &KernelSpec, name: &str) -> u32 {
+fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
     let block = match spec.op {
         Op::RopeStore(ops::RopeStore { block, .. })
         | Op::Attention(ops::Attention { block, .. })
@@ -101,7 +101,7 @@ fn test_scalar(spec: &KernelSpec, name: &str) -> u32 {
     v.min(max)
 }
 
-fn random_bytes(spec: &KernelSpec, buffer: usize, elems: u64, rng: &mut ChaCha8Rng) -> Result<Vec<u8>, RunError> {
+fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha8Rng) -> Result<Vec<u8>, RunError> {
     let b = &spec.buffers[buffer];
     let n = elems as usize;
     // An int8 GEMV's quantized input: quants and (scale, sum) must agree, so both come
@@ -197,7 +197,7 @@ fn values(elem: Elem, bytes: &[u8]) -> Vec<f64> {
 /// device to finish.
 pub fn test_kernel(
     device: &mut dyn Backend,
-    spec: &KernelSpec,
+    spec: &KernelRecord,
     deadline: Duration,
     seed: u64,
 ) -> Result<Outcome, RunError> {
@@ -304,7 +304,7 @@ pub fn test_kernel(
 /// a fault). `each` sees every outcome as it comes.
 pub fn run(
     device: &mut dyn Backend,
-    kernels: &[KernelSpec],
+    kernels: &[KernelRecord],
     deadline: Duration,
     each: &mut dyn FnMut(&Outcome),
 ) -> Result<Vec<Outcome>, RunError> {

@@ -238,7 +238,7 @@ pub fn prepare_device(
         }
     };
     report(Event::Artifacts(&art.dir));
-    let specs: Vec<_> = art.manifest.kernels.iter().map(|k| k.spec.clone()).collect();
+    let specs: Vec<_> = art.manifest.kernels.iter().map(|k| k.kernel.clone()).collect();
     backend.load(&art.module, &specs)?;
     if specs.iter().any(|k| k.buffers.iter().any(|b| b.name == ERROR_BUFFER)) {
         // Now, not on first use: that may be inside a graph capture, where HIP refuses
@@ -294,7 +294,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
                 opts.spec.window
             )));
         }
-        let kernels = Kernels::compiled(art.manifest.kernels.iter().map(|k| k.spec.clone()));
+        let kernels = Kernels::compiled(art.manifest.kernels.iter().map(|k| k.kernel.clone()));
         (kernels, wanted.min(compiled), Some(art))
     };
     report(Event::Stage("upload"));

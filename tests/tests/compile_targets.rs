@@ -42,27 +42,27 @@ fn every_kernel_compiles_for_every_target_without_spills() {
                 // The host launches a kernel as a programmatic dependent exactly where its
                 // code waits for its inputs.
                 let waits =
-                    ptx.as_deref().is_some_and(|ptx| ptx_entry(ptx, &k.spec.name).contains("griddepcontrol.wait"));
-                assert_eq!(waits, k.spec.launch.grid_dependency, "{} {}", target.name, k.spec.name);
-                assert_eq!(waits, target.features.grid_dependency, "{} {}", target.name, k.spec.name);
+                    ptx.as_deref().is_some_and(|ptx| ptx_entry(ptx, &k.kernel.name).contains("griddepcontrol.wait"));
+                assert_eq!(waits, k.kernel.launch.grid_dependency, "{} {}", target.name, k.kernel.name);
+                assert_eq!(waits, target.features.grid_dependency, "{} {}", target.name, k.kernel.name);
                 assert!(out.join(&k.source).exists(), "{}", k.source);
-                if let Op::Gemv(ops::Gemv { quant, .. }) | Op::ExpertGemv(ops::ExpertGemv { quant, .. }) = k.spec.op {
+                if let Op::Gemv(ops::Gemv { quant, .. }) | Op::ExpertGemv(ops::ExpertGemv { quant, .. }) = k.kernel.op {
                     types.insert(quant);
                 }
                 match (&target.vendor, &k.resources) {
                     (Vendor::Amd, r @ Resources::CodeObject { lds_bytes, .. }) => {
-                        assert_eq!(r.spills(), Some(0), "{} {}: {r:?}", target.name, k.spec.name);
+                        assert_eq!(r.spills(), Some(0), "{} {}: {r:?}", target.name, k.kernel.name);
                         // The plan's figure is exact up to the compiler's alignment of arrays.
-                        let declared = k.spec.launch.shared_bytes;
+                        let declared = k.kernel.launch.shared_bytes;
                         assert!(
                             (declared..=declared + 32).contains(lds_bytes),
                             "{} {}: {r:?}",
                             target.name,
-                            k.spec.name
+                            k.kernel.name
                         );
                     }
                     (Vendor::Nvidia, Resources::CheckedAtLoad | Resources::Ptxas { .. }) => {}
-                    (_, r) => panic!("{} {}: unexpected resources {r:?}", target.name, k.spec.name),
+                    (_, r) => panic!("{} {}: unexpected resources {r:?}", target.name, k.kernel.name),
                 }
             }
         }
@@ -74,7 +74,7 @@ fn every_kernel_compiles_for_every_target_without_spills() {
 fn gemv_windows(m: &artifacts::Manifest) -> std::collections::BTreeSet<u32> {
     m.kernels
         .iter()
-        .filter_map(|k| if let Op::Gemv(ops::Gemv { window, .. }) = k.spec.op { Some(window) } else { None })
+        .filter_map(|k| if let Op::Gemv(ops::Gemv { window, .. }) = k.kernel.op { Some(window) } else { None })
         .collect()
 }
 
@@ -118,13 +118,13 @@ fn test_packs_compile_for_amd_with_windows_to_16_also_checked() {
                 let m = compile(pack, &target, options, &out, &tools)
                     .unwrap_or_else(|e| panic!("{} {}: {e}", target.name, paths[i].display()));
                 assert_eq!(gemv_windows(&m), (1..=16).collect(), "{}", target.name);
-                assert!(m.kernels.iter().any(|k| matches!(k.spec.op, Op::QsaScore(_))));
+                assert!(m.kernels.iter().any(|k| matches!(k.kernel.op, Op::QsaScore(_))));
                 for k in &m.kernels {
                     let r = &k.resources;
                     let fits = matches!(r, Resources::CodeObject { occupancy, .. } if *occupancy > 0);
-                    assert!(fits && r.spills() == Some(0), "{} {}: {r:?}", target.name, k.spec.name);
-                    let takes_errors = k.spec.buffers.last().is_some_and(|b| b.name == "strata_err");
-                    assert_eq!(takes_errors, checked, "{} {}", target.name, k.spec.name);
+                    assert!(fits && r.spills() == Some(0), "{} {}: {r:?}", target.name, k.kernel.name);
+                    let takes_errors = k.kernel.buffers.last().is_some_and(|b| b.name == "strata_err");
+                    assert_eq!(takes_errors, checked, "{} {}", target.name, k.kernel.name);
                 }
             }
         }
@@ -171,16 +171,16 @@ fn int8_gemvs_compile_for_every_target_without_spills_also_checked() {
             let int8: std::collections::BTreeSet<_> = m
                 .kernels
                 .iter()
-                .filter_map(|k| match (&k.spec.op, &k.spec.tuning) {
+                .filter_map(|k| match (&k.kernel.op, &k.kernel.tuning) {
                     (Op::Gemv(ops::Gemv { quant, .. }), Tuning::GemvQ8(_)) => Some(*quant),
                     _ => None,
                 })
                 .collect();
             assert_eq!(int8.len(), strata_compiler::plan::rules::INT8_DOT.len(), "{}: {int8:?}", target.name);
-            assert!(m.kernels.iter().any(|k| matches!(k.spec.op, Op::QuantizeQ8(_))));
+            assert!(m.kernels.iter().any(|k| matches!(k.kernel.op, Op::QuantizeQ8(_))));
             for k in &m.kernels {
                 let spills = k.resources.spills().filter(|s| *s > 0);
-                assert_eq!(spills, None, "{} {}: {:?}", target.name, k.spec.name, k.resources);
+                assert_eq!(spills, None, "{} {}: {:?}", target.name, k.kernel.name, k.resources);
             }
         }
     }
@@ -196,7 +196,7 @@ fn checked_builds_take_the_error_buffer() {
         let out = dir.path().join(name);
         let m = compile(&pack, &target, Options { spec: 2, checked: true, ..Options::default() }, &out, &tools)
             .expect("compiles");
-        assert!(m.kernels.iter().all(|k| k.spec.buffers.last().is_some_and(|b| b.name == "strata_err")));
+        assert!(m.kernels.iter().all(|k| k.kernel.buffers.last().is_some_and(|b| b.name == "strata_err")));
         let source = std::fs::read_to_string(out.join(&m.module.source)).expect("written");
         assert!(source.contains("#define STRATA_CHECKED 1"));
         // Device code is always optimized: HIP's own default is -O0, which ROCm 7 is

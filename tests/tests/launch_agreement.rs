@@ -1,7 +1,7 @@
 //! Host launch code and device code take everything from the same plan record, and here
 //! they are shown to agree for every kernel of every target, plain and `--checked`: the
 //! parameters a GPU backend passes, in the order it passes them, are the parameters of
-//! the rendered kernel's signature (`KernelSpec::in_signature_order`, which the GPU
+//! the rendered kernel's signature (`KernelRecord::in_signature_order`, which the GPU
 //! backends' `launch_values` applies). (Wave size and block size are proven at build time
 //! against the compiled binary: `artifacts::launch_disagreements`.) A mismatch here is
 //! the kind of bug that shows up on a device only as a launch failure or a hang.

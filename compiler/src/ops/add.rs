@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, fixed_len, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{ELEMENTWISE_THREADS, MAX_TOKENS};
-use crate::plan::{Dim, Elem, KernelSpec, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::target::Target;
 
 /// `y[i] = a[i] + b[i]` over rows of `n`; with `broadcast`, `b` is one row added to
@@ -43,14 +43,14 @@ impl KernelOp for Add {
         )
     }
 
-    fn check(&self, _k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, _k: &KernelRecord, c: &mut Checker) {
         c.covers(u64::from(self.n), c.grid_x());
         if self.broadcast {
             c.extents.push(("b", u64::from(self.n)));
         }
     }
 
-    fn context(&self, _k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         let Add { n, broadcast } = *self;
         json!({ "n": n, "broadcast": broadcast, "b_index": if broadcast { "i" } else { "at" } })
     }

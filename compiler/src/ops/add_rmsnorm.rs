@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::rmsnorm::norm_checks;
 use super::{Checker, KernelOp, Parts, block_per_row, buffer, c_float, fixed_len, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{MAX_ROWS, NORM_THREADS};
-use crate::plan::{Dim, Elem, KernelSpec, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::target::Target;
 
 /// `sum[r] = a[r] + b[r]`, then `y[r] = rmsnorm(sum[r]) · w`: the residual add and the
@@ -63,7 +63,7 @@ impl KernelOp for AddRmsNorm {
         )
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         norm_checks(k, c, self.n);
         if self.q8 && !self.n.is_multiple_of(32) {
             c.fail("row length", self.n.to_string(), "its int8 quants are whole 32-element chunks".into());
@@ -71,7 +71,7 @@ impl KernelOp for AddRmsNorm {
         c.extents.push(("w", u64::from(self.n)));
     }
 
-    fn context(&self, k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let AddRmsNorm { n, eps, q8, experts } = *self;
         json!({ "n": n, "eps": c_float(eps), "q8": q8, "experts": experts, "per_thread": n.div_ceil(k.launch.threads) })
     }

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use super::softmax::row_reduction_checks;
 use super::{Checker, KernelOp, Parts, block_per_row, buffer, launch, per, rows, scalar, untuned};
 use crate::plan::rules::MAX_ROWS;
-use crate::plan::{Dim, Elem, KernelSpec, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::target::Target;
 
 /// Index of the largest value of each row of `n` (first on ties).
@@ -36,11 +36,11 @@ impl KernelOp for Argmax {
         )
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         row_reduction_checks(k, c, 8);
     }
 
-    fn context(&self, _k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "n": self.n })
     }
 }

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, c_float, fixed_len, launch, per, rows, scalar};
 use crate::plan::rules::{self, MAX_CONTEXT, MAX_TOKENS, WAVES_PER_BLOCK};
-use crate::plan::{Dim, Elem, KernelSpec, MAX_WINDOW, Options, Tuning};
+use crate::plan::{Dim, Elem, KernelRecord, MAX_WINDOW, Options, Tuning};
 use crate::target::Target;
 
 /// Attention of each token of a window at `pos[0]`, one query per head, over the f16
@@ -96,7 +96,7 @@ impl KernelOp for Attention {
         }
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let Attention { heads, kv_heads, head_dim, block, .. } = *self;
         let l = &k.launch;
         if kv_heads == 0 || heads % kv_heads != 0 {
@@ -128,7 +128,7 @@ impl KernelOp for Attention {
         c.extents.push(("pos", 1));
     }
 
-    fn context(&self, k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let Attention { heads, kv_heads, head_dim, scale, block, sparse } = *self;
         let Tuning::Attention(t) = &k.tuning else { return json!({}) };
         json!({

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, launch, per, rows, scalar};
 use crate::plan::rules::{ATTENTION_SPLITS, MAX_TOKENS};
-use crate::plan::{AttentionTuning, Dim, Elem, KernelSpec, Options, Tuning};
+use crate::plan::{AttentionTuning, Dim, Elem, KernelRecord, Options, Tuning};
 use crate::target::Target;
 
 /// Combines [`super::Attention`]'s split partial states into each (token, head)'s
@@ -49,7 +49,7 @@ impl KernelOp for AttentionMerge {
         }
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let AttentionMerge { heads, head_dim, q8 } = *self;
         if k.launch.threads < head_dim {
             c.fail("threads", k.launch.threads.to_string(), format!("one a dimension of {head_dim}"));
@@ -65,7 +65,7 @@ impl KernelOp for AttentionMerge {
         }
     }
 
-    fn context(&self, k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let AttentionMerge { heads, head_dim, q8 } = *self;
         let Tuning::Attention(t) = &k.tuning else { return json!({}) };
         json!({ "heads": heads, "head_dim": head_dim, "splits": t.splits, "state": head_dim + 2, "q8": q8 })

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{ELEMENTWISE_THREADS, MAX_TOKENS};
-use crate::plan::{Dim, Elem, KernelSpec, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -42,7 +42,7 @@ impl KernelOp for Embed {
         )
     }
 
-    fn check(&self, _k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, _k: &KernelRecord, c: &mut Checker) {
         let Embed { quant, cols, vocab } = *self;
         let chunks = u64::from(cols / 32);
         let covered = c.grid_x().saturating_mul(u64::from(c.kernel.launch.threads));
@@ -53,7 +53,7 @@ impl KernelOp for Embed {
         c.extents.push(("table", u64::from(vocab).saturating_mul(row_bytes)));
     }
 
-    fn context(&self, k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let Embed { quant, cols, vocab } = *self;
         json!({
             "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(),

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::gemv::{check_tuning, float_shared_bytes, gemv_context, q8_shared_bytes};
 use super::{Checker, KernelOp, Parts, RouteLayout, buffer, fixed_len, launch, per, scalar};
 use crate::plan::rules::{self, MAX_EXPERT_SLOTS, Q8_BLOCKS_PER_CU};
-use crate::plan::{Dim, Elem, KernelSpec, MAX_WINDOW, Options, Tuning};
+use crate::plan::{Dim, Elem, KernelRecord, MAX_WINDOW, Options, Tuning};
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -101,7 +101,7 @@ impl KernelOp for ExpertGemv {
         Parts { launch, tuning, buffers, scalars: vec![scalar("slots", MAX_EXPERT_SLOTS)] }
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let ExpertGemv { quant, rows, cols, window, used, experts, .. } = *self;
         c.window(window);
         if used == 0 || used > experts || experts > rules::MAX_EXPERTS {
@@ -125,7 +125,7 @@ impl KernelOp for ExpertGemv {
         c.extents.push(("y", u64::from(window * used * rows)));
     }
 
-    fn context(&self, k: &KernelSpec, target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, target: &Target) -> Value {
         let ExpertGemv { quant, rows, cols, window, used, experts, input } = *self;
         let matrix_bytes = self.matrix_bytes();
         let layout = RouteLayout::new(experts, used);
@@ -139,7 +139,7 @@ impl KernelOp for ExpertGemv {
         super::merge(gemv_context(k, target, quant, rows, cols, window), weights)
     }
 
-    fn template(&self, k: &KernelSpec) -> Option<&'static str> {
+    fn template(&self, k: &KernelRecord) -> Option<&'static str> {
         Some(super::gemv::template(k))
     }
 }

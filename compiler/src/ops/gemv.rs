@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch};
 use crate::plan::rules::{self, Q8_BLOCKS_PER_CU};
-use crate::plan::{Dim, Elem, GemvQ8Tuning, GemvTuning, KernelSpec, Options, Tuning};
+use crate::plan::{Dim, Elem, GemvQ8Tuning, GemvTuning, KernelRecord, Options, Tuning};
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -75,7 +75,7 @@ impl KernelOp for Gemv {
         }
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let Gemv { quant, rows, cols, window } = *self;
         c.window(window);
         check_tuning(k, c, quant, rows, cols, window);
@@ -84,19 +84,19 @@ impl KernelOp for Gemv {
         c.extents.push(("y", u64::from(window * rows)));
     }
 
-    fn context(&self, k: &KernelSpec, target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, target: &Target) -> Value {
         let Gemv { quant, rows, cols, window } = *self;
         let weights = json!({ "experts": false, "w_base": "", "w_len": format!("{}ull", fixed(k, "w")) });
         super::merge(gemv_context(k, target, quant, rows, cols, window), weights)
     }
 
-    fn template(&self, k: &KernelSpec) -> Option<&'static str> {
+    fn template(&self, k: &KernelRecord) -> Option<&'static str> {
         Some(template(k))
     }
 }
 
 /// The template of a GEMV record: by its tuning.
-pub(crate) fn template(k: &KernelSpec) -> &'static str {
+pub(crate) fn template(k: &KernelRecord) -> &'static str {
     match k.tuning {
         Tuning::GemvQ8(_) => "gemv_q8",
         _ => "gemv",
@@ -117,7 +117,7 @@ pub(crate) fn q8_shared_bytes(t: &GemvQ8Tuning) -> u32 {
 }
 
 /// The checks of either GEMV path's tuning and input extents (GEMV and expert products).
-pub(crate) fn check_tuning(k: &KernelSpec, c: &mut Checker, quant: GgmlType, rows: u32, cols: u32, window: u32) {
+pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, rows: u32, cols: u32, window: u32) {
     let l = &k.launch;
     let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(u64::MAX);
     let inputs = input_rows(k, window);
@@ -213,7 +213,7 @@ pub(crate) fn check_tuning(k: &KernelSpec, c: &mut Checker, quant: GgmlType, row
 
 /// Input rows of a window's product: one a column, or for an expert product reading
 /// each choice's own activation, one a choice.
-fn input_rows(k: &KernelSpec, window: u32) -> u32 {
+fn input_rows(k: &KernelRecord, window: u32) -> u32 {
     match &k.op {
         crate::ops::Op::ExpertGemv(e) if e.input == super::ExpertInput::Choice => window * e.used,
         _ => window,
@@ -222,7 +222,7 @@ fn input_rows(k: &KernelSpec, window: u32) -> u32 {
 
 /// The template context both GEMV templates read, by tuning (expert products too).
 pub(crate) fn gemv_context(
-    k: &KernelSpec,
+    k: &KernelRecord,
     target: &Target,
     quant: GgmlType,
     rows: u32,

@@ -45,7 +45,7 @@ pub use silu_mul::SiluMul;
 pub use softmax::Softmax;
 
 use crate::check::CheckError;
-use crate::plan::{Buffer, Dim, Elem, Extent, KernelSpec, Launch, Options, Scalar, Tuning};
+use crate::plan::{Buffer, Dim, Elem, Extent, KernelRecord, Launch, Options, Scalar, Tuning};
 use crate::target::Target;
 
 /// What every op provides to the compiler stages.
@@ -59,13 +59,13 @@ pub trait KernelOp {
 
     /// The op's own static checks of its record (coverage, window tables, index ranges),
     /// beyond the limits every kernel is checked for.
-    fn check(&self, k: &KernelSpec, c: &mut Checker);
+    fn check(&self, k: &KernelRecord, c: &mut Checker);
 
     /// The values its template reads besides the common ones (name, id, threads, ...).
-    fn context(&self, k: &KernelSpec, target: &Target) -> Value;
+    fn context(&self, k: &KernelRecord, target: &Target) -> Value;
 
     /// The template to render, when not `ops/<kind>`.
-    fn template(&self, _k: &KernelSpec) -> Option<&'static str> {
+    fn template(&self, _k: &KernelRecord) -> Option<&'static str> {
         None
     }
 
@@ -167,7 +167,7 @@ registry! {
 /// Collects one kernel's violations for [`KernelOp::check`].
 pub struct Checker<'a> {
     /// The kernel.
-    pub kernel: &'a KernelSpec,
+    pub kernel: &'a KernelRecord,
     /// Violations so far.
     pub errors: Vec<CheckError>,
     /// Buffers whose fixed extent must be exactly what the op's indices reach.
@@ -176,7 +176,7 @@ pub struct Checker<'a> {
 
 impl<'a> Checker<'a> {
     /// A checker of `kernel` with nothing found yet.
-    pub fn new(kernel: &'a KernelSpec) -> Checker<'a> {
+    pub fn new(kernel: &'a KernelRecord) -> Checker<'a> {
         Checker { kernel, errors: Vec::new(), extents: Vec::new() }
     }
 
@@ -234,7 +234,7 @@ fn fixed_dim(dim: &Dim, runtime: u64) -> u64 {
 }
 
 /// Elements of a buffer's fixed extent (0 for runtime-sized or absent ones).
-pub fn fixed(k: &KernelSpec, buffer: &str) -> u64 {
+pub fn fixed(k: &KernelRecord, buffer: &str) -> u64 {
     k.buffers.iter().find(|b| b.name == buffer).map_or(0, |b| if let Extent::Fixed(n) = b.extent { n } else { 0 })
 }
 
@@ -316,7 +316,7 @@ mod tests {
     /// a wave64 target, and catches a record broken where that op depends on it.
     #[test]
     fn every_op_checks_its_own_record() {
-        type Break = fn(&mut KernelSpec);
+        type Break = fn(&mut KernelRecord);
         let shared: Break = |k| k.launch.shared_bytes += 16;
         let grid_x_one: Break = |k| k.launch.grid[0] = Dim::Fixed(1);
         let grid_x_more: Break = |k| {

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, fixed_len, launch, per, scalar, untuned};
 use crate::plan::rules::{MAX_EXPERTS, WAVES_PER_BLOCK};
-use crate::plan::{Dim, Elem, KernelSpec, MAX_WINDOW, Options};
+use crate::plan::{Dim, Elem, KernelRecord, MAX_WINDOW, Options};
 use crate::target::Target;
 
 /// Mixture-of-experts routing of a window: each token's `used` experts of the largest
@@ -88,7 +88,7 @@ impl KernelOp for MoeRoute {
         )
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let MoeRoute { experts, used } = *self;
         if used == 0 || used > experts.min(32) || experts > MAX_EXPERTS {
             c.fail("experts a token", format!("{used} of {experts}"), format!("1 to 32 of at most {MAX_EXPERTS}"));
@@ -102,7 +102,7 @@ impl KernelOp for MoeRoute {
         c.extents.push(("weights", u64::from(MAX_WINDOW * used)));
     }
 
-    fn context(&self, k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let MoeRoute { experts, used } = *self;
         let layout = RouteLayout::new(experts, used);
         json!({

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{ELEMENTWISE_THREADS, MAX_TOKENS};
-use crate::plan::{Dim, Elem, KernelSpec, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::target::Target;
 
 /// `y[t][c] = Σ_j weights[t][j] · parts[t·used + j][c]` in ascending `j`.
@@ -37,11 +37,11 @@ impl KernelOp for MoeSum {
         )
     }
 
-    fn check(&self, _k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, _k: &KernelRecord, c: &mut Checker) {
         c.covers(u64::from(self.n), c.grid_x());
     }
 
-    fn context(&self, _k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "n": self.n, "used": self.used })
     }
 }

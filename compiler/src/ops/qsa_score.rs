@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, fixed_len, launch, per, scalar, untuned};
 use crate::plan::rules::{self, MAX_CONTEXT, QSA_SCORE_BLOCKS_PER_GROUP, QSA_SCORE_THREADS};
-use crate::plan::{Dim, Elem, KernelSpec, MAX_WINDOW, Options};
+use crate::plan::{Dim, Elem, KernelRecord, MAX_WINDOW, Options};
 use crate::target::Target;
 
 /// QSA's block scores (Quest): for each token `t` of a window, KV head and KV block
@@ -64,7 +64,7 @@ impl KernelOp for QsaScore {
         )
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let QsaScore { heads, kv_heads, head_dim, .. } = *self;
         let l = &k.launch;
         if kv_heads == 0 || heads % kv_heads != 0 {
@@ -83,7 +83,7 @@ impl KernelOp for QsaScore {
         c.extents.push(("pos", 1));
     }
 
-    fn context(&self, k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let QsaScore { heads, kv_heads, head_dim, block } = *self;
         let l = &k.launch;
         let group = heads / kv_heads;

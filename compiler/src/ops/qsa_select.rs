@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, fixed_len, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{self, MAX_CONTEXT, QSA_SELECT_BINS, QSA_SELECT_THREADS};
-use crate::plan::{Dim, Elem, KernelSpec, MAX_WINDOW, Options};
+use crate::plan::{Dim, Elem, KernelRecord, MAX_WINDOW, Options};
 use crate::target::Target;
 
 /// QSA's selection: for each (token, KV head), the `budget` blocks of the largest
@@ -47,7 +47,7 @@ impl KernelOp for QsaSelect {
         )
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let l = &k.launch;
         let needed = rules::qsa_select_fixed_bytes(l.threads) + 4 * l.threads;
         if l.threads < QSA_SELECT_BINS || l.shared_bytes < needed {
@@ -63,7 +63,7 @@ impl KernelOp for QsaSelect {
         c.extents.push(("pos", 1));
     }
 
-    fn context(&self, k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let l = &k.launch;
         json!({
             "kv_heads": self.kv_heads, "block": self.block, "bins": QSA_SELECT_BINS,

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{ELEMENTWISE_THREADS, MAX_ROWS};
-use crate::plan::{Dim, Elem, KernelSpec, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::target::Target;
 
 /// Quantizes rows of `cols` floats to int8 per 32-element chunk (scale = max |x| / 127,
@@ -37,7 +37,7 @@ impl KernelOp for QuantizeQ8 {
         )
     }
 
-    fn check(&self, _k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, _k: &KernelRecord, c: &mut Checker) {
         let chunks = u64::from(self.cols / 32);
         let covered = c.grid_y().saturating_mul(u64::from(c.kernel.launch.threads));
         if !self.cols.is_multiple_of(32) || covered < chunks {
@@ -45,7 +45,7 @@ impl KernelOp for QuantizeQ8 {
         }
     }
 
-    fn context(&self, _k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "cols": self.cols, "chunks": self.cols / 32 })
     }
 }

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, block_per_row, buffer, c_float, fixed_len, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{MAX_ROWS, NORM_THREADS};
-use crate::plan::{Dim, Elem, KernelSpec, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::target::Target;
 
 /// `y[r] = x[r] · w / sqrt(mean(x[r]²) + eps)` over rows of `n`.
@@ -50,12 +50,12 @@ impl KernelOp for RmsNorm {
         )
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         norm_checks(k, c, self.n);
         c.extents.push(("w", u64::from(if self.qk.is_some() { 2 * self.n } else { self.n })));
     }
 
-    fn context(&self, k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let RmsNorm { n, eps, qk } = *self;
         json!({
             "n": n, "eps": c_float(eps), "per_thread": n.div_ceil(k.launch.threads),
@@ -70,7 +70,7 @@ pub const MAX_PER_THREAD: u32 = 32;
 
 /// A norm's block takes one row (grid x), its threads hold a few elements each in
 /// registers, and sums through one float a wave in shared memory.
-pub(crate) fn norm_checks(k: &KernelSpec, c: &mut Checker, n: u32) {
+pub(crate) fn norm_checks(k: &KernelRecord, c: &mut Checker, n: u32) {
     let l = &k.launch;
     if l.grid[1] != Dim::Fixed(1) || l.grid[2] != Dim::Fixed(1) {
         c.fail("grid", format!("{:?}", l.grid), "one block a row, along x".into());

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, fixed_len, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{MAX_CONTEXT, MAX_TOKENS};
-use crate::plan::{Dim, Elem, KernelSpec, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::target::Target;
 
 /// Rotary embedding of a window's Q heads (in place) and K heads, and the rotated K
@@ -78,7 +78,7 @@ impl KernelOp for RopeStore {
         )
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let RopeStore { heads, kv_heads, head_dim, rope_dims, block, .. } = *self;
         let threads = k.launch.threads;
         if threads < head_dim / 2 || rope_dims > head_dim || rope_dims % 2 != 0 || head_dim % 2 != 0 {
@@ -100,7 +100,7 @@ impl KernelOp for RopeStore {
         c.extents.push(("pos", 1));
     }
 
-    fn context(&self, _k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         let RopeStore { style, heads, kv_heads, head_dim, rope_dims, block } = *self;
         let rope_half = rope_dims / 2;
         let (a, b, pairing) = match style {

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{ELEMENTWISE_THREADS, MAX_TOKENS};
-use crate::plan::{Dim, Elem, KernelSpec, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::target::Target;
 
 /// `y[i] = silu(gate[i]) · up[i]` over rows of `n`.
@@ -46,14 +46,14 @@ impl KernelOp for SiluMul {
         untuned(launch(target, grid, threads, 0), buffers, vec![scalar("tokens", MAX_TOKENS)])
     }
 
-    fn check(&self, _k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, _k: &KernelRecord, c: &mut Checker) {
         c.covers(u64::from(self.n), c.grid_x());
         if self.q8 && !self.n.is_multiple_of(32) {
             c.fail("row length", self.n.to_string(), "its int8 quants are whole 32-element chunks".into());
         }
     }
 
-    fn context(&self, _k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "n": self.n, "q8": self.q8, "paired": self.paired })
     }
 }

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, block_per_row, buffer, launch, per, rows, scalar, untuned};
 use crate::plan::rules::MAX_ROWS;
-use crate::plan::{Dim, Elem, KernelSpec, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::target::Target;
 
 /// In-place softmax over rows of `n`.
@@ -34,18 +34,18 @@ impl KernelOp for Softmax {
         )
     }
 
-    fn check(&self, k: &KernelSpec, c: &mut Checker) {
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
         row_reduction_checks(k, c, 4);
     }
 
-    fn context(&self, _k: &KernelSpec, _target: &Target) -> Value {
+    fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "n": self.n })
     }
 }
 
 /// A row reduction's block takes one row (grid x), strides over it, and combines its
 /// waves through `bytes` of shared memory a wave.
-pub(crate) fn row_reduction_checks(k: &KernelSpec, c: &mut Checker, bytes: u32) {
+pub(crate) fn row_reduction_checks(k: &KernelRecord, c: &mut Checker, bytes: u32) {
     let l = &k.launch;
     if l.grid[1] != Dim::Fixed(1) || l.grid[2] != Dim::Fixed(1) {
         c.fail("grid", format!("{:?}", l.grid), "one block a row, along x".into());

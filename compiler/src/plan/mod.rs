@@ -292,7 +292,7 @@ pub enum Tuning {
 
 /// One kernel: what it computes, how it is launched, and its arguments.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct KernelSpec {
+pub struct KernelRecord {
     /// Unique name (also the symbol).
     pub name: String,
     /// The operation and its shapes.
@@ -309,7 +309,7 @@ pub struct KernelSpec {
     pub scalars: Vec<Scalar>,
 }
 
-impl KernelSpec {
+impl KernelRecord {
     /// `args` (or anything per argument) in record order (buffers, then scalars)
     /// rearranged into the order of the kernel's signature, which a GPU launch must pass:
     /// a `--checked` kernel's error buffer, listed last among the buffers, ends the
@@ -334,7 +334,7 @@ pub struct Plan {
     /// Options used.
     pub options: Options,
     /// Kernels, sorted by name.
-    pub kernels: Vec<KernelSpec>,
+    pub kernels: Vec<KernelRecord>,
 }
 
 /// Why a pack cannot be planned.
@@ -428,7 +428,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     ops.extend(forward.qk_norm());
     ops.extend(forward.biases().into_iter().flatten().map(|(op, _)| op));
 
-    let mut kernels: Vec<KernelSpec> = ops.into_iter().map(|op| rules::kernel_with(op, target, options)).collect();
+    let mut kernels: Vec<KernelRecord> = ops.into_iter().map(|op| rules::kernel_with(op, target, options)).collect();
     // Int8-dot products read their input quantized once: one quantizer per row length,
     // and where a norm, the attention merge or SiLU·mul makes that input, that kernel
     // quantizes it.

@@ -5,7 +5,7 @@
 //! issue) may replace a rule's choice with a measured one; these defaults must already
 //! be good.
 
-use super::{AttentionTuning, GemvQ8Tuning, GemvTuning, Int8Dot, KernelSpec, MAX_WINDOW, Options};
+use super::{AttentionTuning, GemvQ8Tuning, GemvTuning, Int8Dot, KernelRecord, MAX_WINDOW, Options};
 use crate::ops::Op;
 use crate::quant::GgmlType;
 use crate::target::Target;
@@ -134,16 +134,23 @@ pub fn qsa_tokens_per_tile(heads: u32, kv_heads: u32) -> u32 {
 }
 
 /// The full kernel record for `op` on `target` (int8 GEMVs by the default rule).
-pub fn kernel(op: Op, target: &Target) -> KernelSpec {
+pub fn kernel(op: Op, target: &Target) -> KernelRecord {
     kernel_with(op, target, &Options::default())
 }
 
 /// The full kernel record for `op` on `target`, with int8 GEMVs where `options.int8` says:
 /// the op's own launch rule ([`crate::ops::KernelOp::record`]).
-pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelSpec {
+pub fn kernel_with(op: Op, target: &Target, options: &Options) -> KernelRecord {
     let def = op.def();
     let (name, parts) = (def.kernel_name(), def.record(target, options));
-    KernelSpec { name, op, launch: parts.launch, tuning: parts.tuning, buffers: parts.buffers, scalars: parts.scalars }
+    KernelRecord {
+        name,
+        op,
+        launch: parts.launch,
+        tuning: parts.tuning,
+        buffers: parts.buffers,
+        scalars: parts.scalars,
+    }
 }
 
 /// GEMV tuning for `rows × cols` over `window` columns.

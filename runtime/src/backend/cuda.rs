@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::{self, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr};
 use cudarc::nvrtc::Ptx;
-use strata_compiler::plan::KernelSpec;
+use strata_compiler::plan::KernelRecord;
 
 use super::{
     Arg, Backend, BufferId, DeviceEntry, DeviceInfo, GraphId, HostId, Mark, RunError, bounds_error, launch_values,
@@ -66,7 +66,7 @@ pub struct Cuda {
     functions: HashMap<String, CudaFunction>,
     /// Kernel names in manifest order (the ids `--checked` kernels record).
     names: Vec<String>,
-    specs: HashMap<String, KernelSpec>,
+    specs: HashMap<String, KernelRecord>,
     graphs: Vec<CudaGraph>,
     /// Timing events recorded by `mark`.
     events: Vec<CudaEvent>,
@@ -182,7 +182,7 @@ impl Backend for Cuda {
         }
     }
 
-    fn load(&mut self, module: &[u8], kernels: &[KernelSpec]) -> Result<(), RunError> {
+    fn load(&mut self, module: &[u8], kernels: &[KernelRecord]) -> Result<(), RunError> {
         let text = String::from_utf8_lossy(module).into_owned();
         let module = self.ctx.load_module(Ptx::from_src(text)).map_err(driver("cuModuleLoadData"))?;
         for spec in kernels {
@@ -231,7 +231,7 @@ impl Backend for Cuda {
         self.check_errors()
     }
 
-    fn launch(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError> {
+    fn launch(&mut self, spec: &KernelRecord, args: &[Arg]) -> Result<(), RunError> {
         let f = self.functions.get(&spec.name).ok_or_else(|| RunError::Launch {
             kernel: spec.name.clone(),
             message: "not in the loaded module".into(),

@@ -1,7 +1,7 @@
 //! Device backends behind one small trait: memory, kernel launches by plan record,
 //! synchronization with a deadline, and capture/replay of launch sequences.
 //!
-//! Every backend runs the same [`KernelSpec`] records: the GPU backends launch the
+//! Every backend runs the same [`KernelRecord`] records: the GPU backends launch the
 //! compiled kernel of that name with the record's launch rule; the CPU backend runs the
 //! reference implementation of the record's op. So one model step, one self-test and one
 //! test body run on every backend.
@@ -13,7 +13,7 @@ pub mod hip;
 use std::time::{Duration, Instant};
 
 use strata_compiler::emit::Dialect;
-use strata_compiler::plan::{Buffer, Dim, ERROR_BUFFER, Extent, KernelSpec};
+use strata_compiler::plan::{Buffer, Dim, ERROR_BUFFER, Extent, KernelRecord};
 
 /// A point in a backend's queue of work, for benchmarks (see [`Backend::mark`]).
 #[derive(Clone, Copy, Debug)]
@@ -144,7 +144,7 @@ pub trait Backend {
 
     /// Makes the kernels of `module` (a PTX text or code object; ignored by the CPU
     /// backend) launchable by name.
-    fn load(&mut self, module: &[u8], kernels: &[KernelSpec]) -> Result<(), RunError>;
+    fn load(&mut self, module: &[u8], kernels: &[KernelRecord]) -> Result<(), RunError>;
 
     /// A zero-filled buffer of `bytes`.
     fn alloc(&mut self, bytes: usize) -> Result<BufferId, RunError>;
@@ -159,7 +159,7 @@ pub trait Backend {
     fn read(&mut self, buf: BufferId, offset: usize, out: &mut [u8]) -> Result<(), RunError>;
 
     /// Queues the kernel of `spec` with arguments in signature order (see [`bind`]).
-    fn launch(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError>;
+    fn launch(&mut self, spec: &KernelRecord, args: &[Arg]) -> Result<(), RunError>;
 
     /// Waits for queued work; `Ok(false)` if it has not finished by `deadline`.
     fn sync_within(&mut self, deadline: Duration) -> Result<bool, RunError>;
@@ -253,7 +253,7 @@ pub trait Backend {
 
     /// Binds named arguments (see [`bind`]; the error buffer of `--checked` kernels is
     /// supplied here) and queues the kernel.
-    fn call(&mut self, spec: &KernelSpec, named: &[(&str, Arg)]) -> Result<(), RunError> {
+    fn call(&mut self, spec: &KernelRecord, named: &[(&str, Arg)]) -> Result<(), RunError> {
         let mut named = named.to_vec();
         if spec.buffers.iter().any(|b| b.name == ERROR_BUFFER) && !named.iter().any(|(n, _)| *n == ERROR_BUFFER) {
             named.push((ERROR_BUFFER, Arg::Buf(self.error_buffer()?, 0)));
@@ -269,7 +269,7 @@ pub trait Backend {
 pub fn bounds_error(
     record: &[u8; 32],
     names: &[String],
-    specs: &std::collections::HashMap<String, KernelSpec>,
+    specs: &std::collections::HashMap<String, KernelRecord>,
 ) -> Option<RunError> {
     let e: Vec<u32> = record.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     if e[0] == 0 {
@@ -291,12 +291,12 @@ pub fn bounds_error(
 }
 
 /// Orders named arguments as `spec`'s record lists them (buffers, then scalars; a GPU
-/// launch passes them in signature order, `KernelSpec::in_signature_order`) and checks them on the
+/// launch passes them in signature order, `KernelRecord::in_signature_order`) and checks them on the
 /// host: every argument present, scalars within the plan's maximum,
 /// every buffer large enough for the extent its kernel may touch. This is where a launch
 /// that would run out of bounds is refused, naming kernel, argument and sizes.
 pub fn bind(
-    spec: &KernelSpec,
+    spec: &KernelRecord,
     named: &[(&str, Arg)],
     size_of: impl Fn(BufferId) -> usize,
 ) -> Result<Vec<Arg>, RunError> {
@@ -347,7 +347,7 @@ fn extent_bytes(b: &Buffer, scalar: &impl Fn(&str) -> Result<u32, RunError>) -> 
 /// the low half of a u64: the driver reads four bytes of it on this little-endian host);
 /// `None` when the grid is empty (zero rows or tokens: nothing to launch).
 pub fn launch_values(
-    spec: &KernelSpec,
+    spec: &KernelRecord,
     args: &[Arg],
     address: impl Fn(BufferId, usize) -> u64,
 ) -> Option<([u32; 3], Vec<u64>)> {
@@ -367,7 +367,7 @@ pub fn launch_values(
 }
 
 /// The launch grid of `spec` for bound arguments `args` (as [`bind`] returns them).
-pub fn grid(spec: &KernelSpec, args: &[Arg]) -> [u32; 3] {
+pub fn grid(spec: &KernelRecord, args: &[Arg]) -> [u32; 3] {
     let scalar = |name: &str| {
         let i = spec.scalars.iter().position(|s| s.name == name)?;
         match args.get(spec.buffers.len() + i) {

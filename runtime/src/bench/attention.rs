@@ -145,7 +145,7 @@ impl Model {
     }
 
     /// The attention merge of one decode token into the attention output.
-    fn merge(&mut self, merge: &strata_compiler::plan::KernelSpec) -> Result<(), RunError> {
+    fn merge(&mut self, merge: &strata_compiler::plan::KernelRecord) -> Result<(), RunError> {
         let s = &self.s;
         self.backend.call(
             merge,

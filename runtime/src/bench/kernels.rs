@@ -13,7 +13,7 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use strata_compiler::ops::{self, Op};
-use strata_compiler::plan::{KernelSpec, MAX_WINDOW, Tuning};
+use strata_compiler::plan::{KernelRecord, MAX_WINDOW, Tuning};
 use strata_compiler::quant::{GgmlType, random_blocks, random_floats};
 
 use crate::backend::cpu::quantize_q8;
@@ -101,7 +101,7 @@ fn rotation_layout(quant: GgmlType, rows: u32, cols: u32) -> (usize, usize, usiz
 }
 
 /// Kernels of one GEMV shape sort together, window 1 first; other kernels by name.
-fn bench_order(spec: &KernelSpec) -> (String, u32) {
+fn bench_order(spec: &KernelRecord) -> (String, u32) {
     match spec.op {
         Op::Gemv(ops::Gemv { quant, rows, cols, window }) => {
             (Op::Gemv(ops::Gemv { quant, rows, cols, window: 1 }).kernel_name(), window)
@@ -126,7 +126,7 @@ impl Model {
         if windows {
             self.plan_windows()?;
         }
-        let mut specs: Vec<KernelSpec> = self
+        let mut specs: Vec<KernelRecord> = self
             .kernels
             .specs()
             .filter(|k| match k.op {
@@ -185,7 +185,7 @@ impl Model {
     }
 
     /// One weight pool for the largest GEMV among `specs` (none without GEMVs).
-    fn rotation(&mut self, specs: &[KernelSpec]) -> Result<Option<Rotation>, RunError> {
+    fn rotation(&mut self, specs: &[KernelRecord]) -> Result<Option<Rotation>, RunError> {
         let mut largest: Vec<(Shape, u32)> = Vec::new();
         let mut pool_bytes = 0;
         for spec in specs {
@@ -240,7 +240,7 @@ impl Model {
 
     fn time_kernel(
         &mut self,
-        spec: &KernelSpec,
+        spec: &KernelRecord,
         reps: usize,
         rng: &mut ChaCha8Rng,
         rotation: Option<&mut Rotation>,

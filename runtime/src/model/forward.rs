@@ -10,7 +10,7 @@
 //! Nothing here synchronizes: the callers capture or run what it queues.
 
 use strata_compiler::ops::{ExpertInput, Op};
-use strata_compiler::plan::{KernelSpec, Tuning};
+use strata_compiler::plan::{KernelRecord, Tuning};
 
 use super::kv::Cache;
 use super::weights::{Ffn, Layer, Weight};
@@ -30,9 +30,9 @@ pub enum Logits {
 
 /// The kernels of a sparse attention pass and the budget in blocks.
 pub(crate) struct QsaKernels {
-    pub(crate) score: KernelSpec,
-    pub(crate) select: KernelSpec,
-    pub(crate) sparse: KernelSpec,
+    pub(crate) score: KernelRecord,
+    pub(crate) select: KernelRecord,
+    pub(crate) sparse: KernelRecord,
     pub(crate) budget: u32,
 }
 
@@ -281,7 +281,7 @@ impl Model {
     /// (score, select, sparse attention) kernels and budget, over the selected blocks.
     pub(crate) fn attention(
         &mut self,
-        dense: &KernelSpec,
+        dense: &KernelRecord,
         qsa: Option<&QsaKernels>,
         q: Arg,
         cache: Cache,
@@ -396,9 +396,9 @@ impl Model {
             |quant, input| self.ops.expert_product(quant, t, input).ok_or(RunError::Other("no experts".into()));
         let first = self.kernels.get(&product(gate_up.ty, ExpertInput::Token)?)?;
         let second = self.kernels.get(&product(down.ty, ExpertInput::Choice)?)?;
-        let int8 = |spec: &KernelSpec| matches!(spec.tuning, Tuning::GemvQ8(_));
+        let int8 = |spec: &KernelRecord| matches!(spec.tuning, Tuning::GemvQ8(_));
         // Each product reads its input quantized (int8 path) or as floats.
-        let call = |b: &mut dyn Backend, spec: &KernelSpec, pool: experts::Pool, x, y| {
+        let call = |b: &mut dyn Backend, spec: &KernelRecord, pool: experts::Pool, x, y| {
             let mut args = vec![("w", Arg::Buf(pool.buf, 0)), ("route", route), ("slot_of", row), ("y", y)];
             if int8(spec) {
                 args.extend([("xq", xq), ("xd", xd)]);

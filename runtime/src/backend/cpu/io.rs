@@ -7,13 +7,13 @@
 //! so an output that aliases an input never changes what the op reads.
 
 use half::f16;
-use strata_compiler::plan::KernelSpec;
+use strata_compiler::plan::KernelRecord;
 
 use super::{Arg, RunError};
 
 /// One launch's arguments, by the names the plan record gives them.
 pub(super) struct OpIo<'a> {
-    spec: &'a KernelSpec,
+    spec: &'a KernelRecord,
     args: &'a [Arg],
     buffers: &'a mut [Vec<u8>],
     outputs: Vec<(&'static str, Vec<u8>)>,
@@ -21,12 +21,12 @@ pub(super) struct OpIo<'a> {
 
 impl<'a> OpIo<'a> {
     /// The arguments `args` (in the record's order) of a launch of `spec` over `buffers`.
-    pub(super) fn new(spec: &'a KernelSpec, args: &'a [Arg], buffers: &'a mut [Vec<u8>]) -> OpIo<'a> {
+    pub(super) fn new(spec: &'a KernelRecord, args: &'a [Arg], buffers: &'a mut [Vec<u8>]) -> OpIo<'a> {
         OpIo { spec, args, buffers, outputs: Vec::new() }
     }
 
     /// The record being run.
-    pub(super) fn spec(&self) -> &'a KernelSpec {
+    pub(super) fn spec(&self) -> &'a KernelRecord {
         self.spec
     }
 

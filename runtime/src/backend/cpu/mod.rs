@@ -33,7 +33,7 @@ mod softmax;
 use std::time::Duration;
 
 use strata_compiler::ops::Op;
-use strata_compiler::plan::KernelSpec;
+use strata_compiler::plan::KernelRecord;
 
 pub use self::argmax::argmax;
 pub use self::moe_route::{moe_route, route_weights, top_experts};
@@ -56,7 +56,7 @@ pub struct Cpu {
 /// A recorded step of a capture.
 #[derive(Clone)]
 enum Recorded {
-    Launch(Box<KernelSpec>, Vec<Arg>),
+    Launch(Box<KernelRecord>, Vec<Arg>),
     Write(BufferId, usize, Vec<u8>),
 }
 
@@ -68,7 +68,7 @@ impl Cpu {
 
     /// Runs the reference of `spec`'s op on `args` (in the record's order): the op's
     /// module computes its outputs from the inputs, then they are stored.
-    fn run(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError> {
+    fn run(&mut self, spec: &KernelRecord, args: &[Arg]) -> Result<(), RunError> {
         let io = &mut OpIo::new(spec, args, &mut self.buffers);
         match &spec.op {
             Op::Gemv(op) => gemv::run(op, io)?,
@@ -105,7 +105,7 @@ impl Backend for Cpu {
         }
     }
 
-    fn load(&mut self, _module: &[u8], _kernels: &[KernelSpec]) -> Result<(), RunError> {
+    fn load(&mut self, _module: &[u8], _kernels: &[KernelRecord]) -> Result<(), RunError> {
         Ok(())
     }
 
@@ -141,7 +141,7 @@ impl Backend for Cpu {
         Ok(())
     }
 
-    fn launch(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError> {
+    fn launch(&mut self, spec: &KernelRecord, args: &[Arg]) -> Result<(), RunError> {
         let named: Vec<(&str, Arg)> = spec
             .buffers
             .iter()

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use api::{Api, Event, Stream};
 pub use api::{Platform, arch_from_properties};
 use strata_compiler::emit::Dialect;
-use strata_compiler::plan::KernelSpec;
+use strata_compiler::plan::KernelRecord;
 
 use super::{
     Arg, Backend, BufferId, DeviceEntry, DeviceInfo, GraphId, HostId, Mark, RunError, bounds_error, launch_values,
@@ -36,7 +36,7 @@ pub struct Hip {
     functions: HashMap<String, usize>,
     /// Kernel names in manifest order (the ids `--checked` kernels record).
     names: Vec<String>,
-    specs: HashMap<String, KernelSpec>,
+    specs: HashMap<String, KernelRecord>,
     /// Instantiated graphs.
     graphs: Vec<usize>,
     /// Timing events recorded by `mark`.
@@ -216,7 +216,7 @@ impl Backend for Hip {
         }
     }
 
-    fn load(&mut self, module: &[u8], kernels: &[KernelSpec]) -> Result<(), RunError> {
+    fn load(&mut self, module: &[u8], kernels: &[KernelRecord]) -> Result<(), RunError> {
         // A code object, or PTX text on the NVIDIA platform, which must end in a NUL.
         let mut image = module.to_vec();
         image.push(0);
@@ -302,7 +302,7 @@ impl Backend for Hip {
         }
     }
 
-    fn launch(&mut self, spec: &KernelSpec, args: &[Arg]) -> Result<(), RunError> {
+    fn launch(&mut self, spec: &KernelRecord, args: &[Arg]) -> Result<(), RunError> {
         let f = *self.functions.get(&spec.name).ok_or_else(|| RunError::Launch {
             kernel: spec.name.clone(),
             message: "not in the loaded module".into(),
