@@ -8,6 +8,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod gpu;
 pub mod hip;
 
 use std::time::{Duration, Instant};
