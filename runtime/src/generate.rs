@@ -9,7 +9,7 @@ use crate::backend::RunError;
 use crate::model::{ExpertStats, Logits};
 use crate::sampler::{self, Sampler};
 use crate::session::Session;
-use crate::spec::{SpecStats, Speculator};
+use crate::speculative::{SpecStats, Speculator};
 use crate::tokenizer::Tokenizer;
 
 /// Timing of one generation.

@@ -11,6 +11,6 @@ pub mod model;
 pub mod sampler;
 pub mod selftest;
 pub mod session;
-pub mod spec;
+pub mod speculative;
 pub mod tokenizer;
 pub mod watchdog;

@@ -20,8 +20,8 @@ use crate::backend::{Backend, DeviceEntry, DeviceInfo, RunError};
 use crate::kernels::Kernels;
 use crate::model::{ExpertOptions, Model, Placement, QsaConfig};
 use crate::selftest::{self, Outcome};
-use crate::spec::SpecConfig;
-use crate::spec::draft::DraftModel;
+use crate::speculative::SpeculativeConfig;
+use crate::speculative::draft::DraftModel;
 use crate::tokenizer::Tokenizer;
 
 /// Which backend to run on.
@@ -73,7 +73,7 @@ pub struct OpenOptions {
     /// cache (compiled artifacts carry their own choice).
     pub int8: Int8Dot,
     /// Speculative decoding; its window must be compiled (`strata-compile --spec`).
-    pub spec: SpecConfig,
+    pub spec: SpeculativeConfig,
     /// A draft model's pack for speculative decoding (else the n-gram drafter).
     pub draft_pack: Option<PathBuf>,
     /// The draft pack's compiled artifacts (compiled into the cache when absent).
@@ -97,7 +97,7 @@ impl Default for OpenOptions {
             startup_timeout: Duration::from_secs(300),
             slots: 1,
             int8: Int8Dot::Auto,
-            spec: SpecConfig::OFF,
+            spec: SpeculativeConfig::OFF,
             draft_pack: None,
             draft_artifacts: None,
             qsa: QsaConfig::OFF,
@@ -140,7 +140,7 @@ pub struct Session {
     /// The artifacts in use (none on the CPU).
     pub artifacts: Option<Artifacts>,
     /// Speculative decoding's settings.
-    pub spec: SpecConfig,
+    pub spec: SpeculativeConfig,
     /// The draft model, where speculation uses one.
     pub draft: Option<DraftModel>,
 }
@@ -228,11 +228,11 @@ pub fn prepare_device(
     let art = match &opts.artifacts {
         Some(dir) => artifacts::open(dir, pack, &device)?,
         None => {
-            let spec = opts.spec.window.max(Options::default().spec);
+            let spec = opts.spec.window.max(Options::default().verify_window);
             artifacts::compile_for_device(
                 pack,
                 &device,
-                Options { int8: opts.int8, spec, qsa_block: opts.qsa.block, ..Options::default() },
+                Options { int8: opts.int8, verify_window: spec, qsa_block: opts.qsa.block, ..Options::default() },
                 &mut |s| report(Event::Compile(s)),
             )?
         }
@@ -284,7 +284,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
         (Kernels::planned(target, opts.int8).with_qsa_block(opts.qsa.block), wanted, None)
     } else {
         let art = prepare_device(&pack, backend.as_mut(), opts, report)?;
-        let compiled = art.manifest.options.spec.clamp(1, MAX_WINDOW);
+        let compiled = art.manifest.options.verify_window.clamp(1, MAX_WINDOW);
         if opts.spec.window > compiled {
             return Err(RunError::Other(format!(
                 "--spec {} needs verify windows of {} tokens; {} has them up to {compiled}: compile with strata-compile --spec {}",
@@ -321,7 +321,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
             let draft_opts = OpenOptions {
                 artifacts: opts.draft_artifacts.clone(),
                 ctx: Some(n_ctx),
-                spec: SpecConfig::OFF,
+                spec: SpeculativeConfig::OFF,
                 draft_pack: None,
                 draft_artifacts: None,
                 qsa: QsaConfig::OFF,

@@ -14,7 +14,7 @@ use strata_runtime::generate;
 use strata_runtime::model::Logits;
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher, top_k};
 use strata_runtime::session::Session;
-use strata_runtime::spec::Speculator;
+use strata_runtime::speculative::Speculator;
 use strata_runtime::tokenizer::StreamDecoder;
 use tokio::sync::mpsc::UnboundedSender;
 

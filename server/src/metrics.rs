@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use strata_runtime::model::ExpertStats;
-use strata_runtime::spec::SpecStats;
+use strata_runtime::speculative::SpecStats;
 
 /// What the server has done so far.
 #[derive(Default)]

@@ -114,7 +114,7 @@ fn test_packs_compile_for_amd_with_windows_to_16_also_checked() {
         for (i, pack) in packs.iter().enumerate() {
             for checked in [false, true] {
                 let out = dir.path().join(format!("{}-{i}-{checked}", target.name));
-                let options = Options { spec: 16, checked, ..Options::default() };
+                let options = Options { verify_window: 16, checked, ..Options::default() };
                 let m = compile(pack, &target, options, &out, &tools)
                     .unwrap_or_else(|e| panic!("{} {}: {e}", target.name, paths[i].display()));
                 assert_eq!(gemv_windows(&m), (1..=16).collect(), "{}", target.name);
@@ -152,7 +152,7 @@ fn windows_up_to_16_fit_sm_90() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pack = Pack::open(&every_type_packs(dir.path())[0]).expect("opens");
     let target = Target::load("sm_90").expect("known");
-    let m = compile(&pack, &target, Options { spec: 16, ..Options::default() }, &dir.path().join("o"), &tools)
+    let m = compile(&pack, &target, Options { verify_window: 16, ..Options::default() }, &dir.path().join("o"), &tools)
         .expect("compiles");
     assert_eq!(gemv_windows(&m), (1..=16).collect());
 }
@@ -166,7 +166,7 @@ fn int8_gemvs_compile_for_every_target_without_spills_also_checked() {
     for target in target::known() {
         for checked in [false, true] {
             let out = dir.path().join(format!("{}-{checked}", target.name));
-            let options = Options { spec: 2, checked, int8: Int8Dot::Always, ..Options::default() };
+            let options = Options { verify_window: 2, checked, int8: Int8Dot::Always, ..Options::default() };
             let m = compile(&pack, &target, options, &out, &tools).unwrap_or_else(|e| panic!("{}: {e}", target.name));
             let int8: std::collections::BTreeSet<_> = m
                 .kernels
@@ -194,8 +194,9 @@ fn checked_builds_take_the_error_buffer() {
     for name in ["gfx1100", "sm_90"] {
         let target = Target::load(name).expect("known");
         let out = dir.path().join(name);
-        let m = compile(&pack, &target, Options { spec: 2, checked: true, ..Options::default() }, &out, &tools)
-            .expect("compiles");
+        let m =
+            compile(&pack, &target, Options { verify_window: 2, checked: true, ..Options::default() }, &out, &tools)
+                .expect("compiles");
         assert!(m.kernels.iter().all(|k| k.kernel.buffers.last().is_some_and(|b| b.name == "strata_err")));
         let source = std::fs::read_to_string(out.join(&m.module.source)).expect("written");
         assert!(source.contains("#define STRATA_CHECKED 1"));
@@ -245,16 +246,18 @@ fn limits_are_compile_errors_that_name_kernel_limit_and_value() {
         ],
     );
     let out = dir.path().join("ok");
-    compile(&pack, &target, Options { spec: 4, ..Options::default() }, &out, &tools).expect("spec 4 fits 8 KiB");
-    let e = compile(&pack, &target, Options { spec: 16, ..Options::default() }, &dir.path().join("no"), &tools)
-        .unwrap_err();
+    compile(&pack, &target, Options { verify_window: 4, ..Options::default() }, &out, &tools)
+        .expect("spec 4 fits 8 KiB");
+    let e =
+        compile(&pack, &target, Options { verify_window: 16, ..Options::default() }, &dir.path().join("no"), &tools)
+            .unwrap_err();
     let text = e.to_string();
     assert!(
         text.contains("kernel gemv_q4_0_256x512_t16: shared memory per block is 18432 bytes, but gfx1100 allows 8192 bytes per block"),
         "{text}"
     );
     assert!(!dir.path().join("no").join("manifest.toml").exists(), "nothing is written for a failed check");
-    let e = compile(&pack, &target, Options { spec: 17, ..Options::default() }, &out, &tools).unwrap_err();
+    let e = compile(&pack, &target, Options { verify_window: 17, ..Options::default() }, &out, &tools).unwrap_err();
     assert_eq!(e.to_string(), "--spec 17 is out of range (0 or 1 for off, 2 to 16)");
 }
 

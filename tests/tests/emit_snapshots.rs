@@ -38,7 +38,7 @@ fn representative(plan: &Plan) -> Vec<&str> {
 fn kernels_for_every_target() {
     let weights = [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::IQ1_M, GgmlType::IQ2_XS];
     for target in target::known() {
-        let plan = plan_for(Preset::TinyQwen3, &weights, &target, &Options { spec: 2, ..Options::default() });
+        let plan = plan_for(Preset::TinyQwen3, &weights, &target, &Options { verify_window: 2, ..Options::default() });
         let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
         let keep = representative(&plan);
         let text: String = module
@@ -56,7 +56,7 @@ fn int8_kernels_for_wave32_and_wave64_targets() {
     let weights = [GgmlType::Q4_0, GgmlType::IQ2_XS];
     for name in ["sm_90", "gfx1100", "gfx90a"] {
         let target = target::Target::load(name).expect("known");
-        let options = Options { spec: 2, int8: plan::Int8Dot::Always, ..Options::default() };
+        let options = Options { verify_window: 2, int8: plan::Int8Dot::Always, ..Options::default() };
         let plan = plan_for(Preset::TinyQwen3, &weights, &target, &options);
         let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
         let keep = representative(&plan);
@@ -81,7 +81,8 @@ fn expert_kernels_for_wave32_and_wave64_targets() {
     let weights = [GgmlType::IQ2_XS, GgmlType::Q5_K, GgmlType::Q4_0];
     for name in ["sm_90", "gfx1100", "gfx90a"] {
         let target = Target::load(name).expect("known");
-        let plan = plan_for(Preset::TinyQwen3Moe, &weights, &target, &Options { spec: 2, ..Options::default() });
+        let plan =
+            plan_for(Preset::TinyQwen3Moe, &weights, &target, &Options { verify_window: 2, ..Options::default() });
         let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
         let moe = ["expert_gemv", "moe_", "silu_mul_paired", "add_rmsnorm_moe", "rmsnorm_qk"];
         let text: String = module
@@ -99,7 +100,12 @@ fn preludes_and_checked_mode() {
     let weights = [GgmlType::Q8_0];
     for (name, checked) in [("sm_90", false), ("gfx1100", false), ("gfx90a", true)] {
         let target = Target::load(name).expect("known");
-        let plan = plan_for(Preset::TinyLlama, &weights, &target, &Options { spec: 0, checked, ..Options::default() });
+        let plan = plan_for(
+            Preset::TinyLlama,
+            &weights,
+            &target,
+            &Options { verify_window: 0, checked, ..Options::default() },
+        );
         let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
         let head = module.source.split("\n// ---- lookup tables").next().unwrap_or_default();
         insta::assert_snapshot!(format!("module_head_{name}{}", if checked { "_checked" } else { "" }), head);
@@ -109,7 +115,8 @@ fn preludes_and_checked_mode() {
 #[test]
 fn cross_vendor_rendering_keeps_the_targets_tuning() {
     let target = Target::load("gfx1100").expect("known");
-    let plan = plan_for(Preset::TinyLlama, &[GgmlType::IQ1_M], &target, &Options { spec: 0, ..Options::default() });
+    let plan =
+        plan_for(Preset::TinyLlama, &[GgmlType::IQ1_M], &target, &Options { verify_window: 0, ..Options::default() });
     let hip = emit::emit(&plan, &target, Dialect::Hip).expect("renders");
     let cuda = emit::emit(&plan, &target, Dialect::Cuda).expect("renders");
     // Same kernel bodies; only the prelude differs.

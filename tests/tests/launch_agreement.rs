@@ -31,7 +31,7 @@ fn launch_arguments_follow_every_kernel_signature() {
         for pack in &packs {
             let model = ModelDesc::from_pack(pack).expect("model");
             for checked in [false, true] {
-                let options = Options { spec: 4, checked, ..Options::default() };
+                let options = Options { verify_window: 4, checked, ..Options::default() };
                 let plan = plan::plan(&model, pack, &target, &options).expect("plannable");
                 let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
                 for (spec, src) in plan.kernels.iter().zip(&module.kernels) {

@@ -16,7 +16,7 @@ use strata_runtime::generate;
 use strata_runtime::model::{CacheSize, ExpertOptions, Policy, QsaConfig};
 use strata_runtime::sampler::{Sampler, SamplerConfig};
 use strata_runtime::session::{self, BackendChoice, OpenOptions};
-use strata_runtime::spec::SpecConfig;
+use strata_runtime::speculative::SpeculativeConfig;
 use strata_tests::synthetic_pack;
 
 fn write_pack(dir: &Path, name: &str, weights: &[GgmlType]) -> PathBuf {
@@ -30,7 +30,7 @@ fn options(cache: CacheSize, policy: Policy, int8: Int8Dot, spec: u32) -> OpenOp
         backend: BackendChoice::Cpu,
         ctx: Some(96),
         int8,
-        spec: SpecConfig { window: spec, ..SpecConfig::OFF },
+        spec: SpeculativeConfig { window: spec, ..SpeculativeConfig::OFF },
         experts: ExpertOptions { cache, policy, vram_budget_mib: None },
         ..OpenOptions::default()
     }

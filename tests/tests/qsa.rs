@@ -11,7 +11,7 @@ use strata_runtime::generate;
 use strata_runtime::model::QsaConfig;
 use strata_runtime::sampler::{Sampler, SamplerConfig};
 use strata_runtime::session::{self, BackendChoice, OpenOptions, Session};
-use strata_runtime::spec::SpecConfig;
+use strata_runtime::speculative::SpeculativeConfig;
 
 const PROMPT: &str = "Rename the variable `total` to `sum` in this function:\n\
     ```python\ndef add_all(values):\n    total = 0\n    for v in values:\n        total = total + v\n    return total\n```";
@@ -21,7 +21,7 @@ fn options(qsa: QsaConfig, spec: u32) -> OpenOptions {
         backend: BackendChoice::Cpu,
         ctx: Some(256),
         prefill: 64,
-        spec: SpecConfig { window: spec, ngram: 3, draft_max: None },
+        spec: SpeculativeConfig { window: spec, ngram: 3, draft_max: None },
         qsa,
         ..OpenOptions::default()
     }

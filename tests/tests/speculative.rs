@@ -19,7 +19,7 @@ use strata_runtime::chat::{self, Message};
 use strata_runtime::generate::{self, Stats};
 use strata_runtime::sampler::{Sampler, SamplerConfig};
 use strata_runtime::session::{self, BackendChoice, OpenOptions, Session};
-use strata_runtime::spec::SpecConfig;
+use strata_runtime::speculative::SpeculativeConfig;
 
 /// Column j of every verify window (T = 1..16) equals the single-token product of input
 /// j bit for bit, for every quant type, on the float and the int8 path (the device check
@@ -88,7 +88,7 @@ const PROMPTS: [(&str, bool); 2] = [
     ("The capital of France is", false),
 ];
 
-fn open(pack: &Path, spec: SpecConfig, draft: Option<&Path>) -> Session {
+fn open(pack: &Path, spec: SpeculativeConfig, draft: Option<&Path>) -> Session {
     let opts = OpenOptions {
         backend: BackendChoice::Cpu,
         ctx: Some(512),
@@ -122,8 +122,8 @@ fn run(s: &mut Session, prompt: &[u32], tokens: usize, sampler: SamplerConfig) -
     (out, stats)
 }
 
-fn spec(window: u32, ngram: usize, draft_max: Option<usize>) -> SpecConfig {
-    SpecConfig { window, ngram, draft_max }
+fn spec(window: u32, ngram: usize, draft_max: Option<usize>) -> SpeculativeConfig {
+    SpeculativeConfig { window, ngram, draft_max }
 }
 
 #[test]
@@ -141,7 +141,7 @@ fn greedy_output_is_the_same_with_and_without_speculation() {
     ];
     let (text, chat) = PROMPTS[0];
     let prompt = prompt_ids(&s, text, chat);
-    s.spec = SpecConfig::OFF;
+    s.spec = SpeculativeConfig::OFF;
     let (plain, stats) = run(&mut s, &prompt, 32, SamplerConfig::greedy());
     assert_eq!(plain.len(), 32);
     assert_eq!(stats.spec.verified, 0, "no speculation when off");
@@ -175,7 +175,7 @@ fn weak_draft(dir: &Path, target: &Path) -> std::path::PathBuf {
 fn a_draft_model_keeps_greedy_output_and_another_vocabulary_is_refused() {
     let Some(model) = strata_tests::smollm2() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut plain = open(&model, SpecConfig::OFF, None);
+    let mut plain = open(&model, SpeculativeConfig::OFF, None);
     let prompt = prompt_ids(&plain, PROMPTS[1].0, false);
     let (want, _) = run(&mut plain, &prompt, 24, SamplerConfig::greedy());
 
@@ -208,7 +208,7 @@ fn a_draft_model_keeps_greedy_output_and_another_vocabulary_is_refused() {
     let e = session::open(&model, &opts, &mut |_| {}).err().expect("refused").to_string();
     assert!(e.contains("draft") && e.contains("vocabulary"), "{e}");
     // A draft pack without speculation is a mistake, said as such.
-    let opts = OpenOptions { spec: SpecConfig::OFF, draft_pack: Some(weak), ..opts };
+    let opts = OpenOptions { spec: SpeculativeConfig::OFF, draft_pack: Some(weak), ..opts };
     let e = session::open(&model, &opts, &mut |_| {}).err().expect("refused").to_string();
     assert!(e.contains("--spec"), "{e}");
 }

@@ -238,7 +238,7 @@ fn compile(args: CompileArgs) -> Result<()> {
     let run_on = args.run_on.as_deref().map(Target::load).transpose()?;
     let pack = Pack::open(&pack)?;
     let options = Options {
-        spec: args.spec,
+        verify_window: args.spec,
         checked: args.checked,
         fault: args.fault,
         int8: args.int8,

@@ -17,7 +17,7 @@ use strata_runtime::generate;
 use strata_runtime::model::{CacheSize, ExpertOptions, ExpertStats, Placement, Policy, QsaConfig};
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher};
 use strata_runtime::session::{self, BackendChoice, Event, OpenOptions, SelfTest, Session};
-use strata_runtime::spec::SpecConfig;
+use strata_runtime::speculative::SpeculativeConfig;
 use strata_runtime::tokenizer::StreamDecoder;
 use strata_runtime::watchdog::Watchdog;
 
@@ -287,7 +287,7 @@ fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOption
         startup_timeout: Duration::from_secs_f64(args.startup_timeout.max(0.001)),
         slots,
         int8: args.int8,
-        spec: SpecConfig { window: args.spec, ngram: args.spec_ngram as usize, draft_max: args.spec_draft_max },
+        spec: SpeculativeConfig { window: args.spec, ngram: args.spec_ngram as usize, draft_max: args.spec_draft_max },
         draft_pack: args.draft_pack.clone(),
         draft_artifacts: args.draft_artifacts.clone(),
         qsa: QsaConfig { enabled: args.qsa == Switch::On, budget: args.qsa_budget, block: args.qsa_block },

@@ -28,7 +28,8 @@ pub const MAX_WINDOW: u32 = 16;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Options {
     /// Largest speculative verify window T: windows 2..=T are planned; 0 or 1 plans none.
-    pub spec: u32,
+    #[serde(alias = "spec")]
+    pub verify_window: u32,
     /// Bounds-check every global access and record violations instead of faulting.
     pub checked: bool,
     /// A deliberately broken kernel, to prove the runtime's self-test and watchdog
@@ -49,7 +50,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { spec: 4, checked: false, fault: None, int8: Int8Dot::Auto, q8_rows: None, qsa_block: None }
+        Options { verify_window: 4, checked: false, fault: None, int8: Int8Dot::Auto, q8_rows: None, qsa_block: None }
     }
 }
 
@@ -342,7 +343,7 @@ pub struct Plan {
 pub enum PlanError {
     /// `--spec` out of range.
     #[error("--spec {0} is out of range (0 or 1 for off, 2 to {MAX_WINDOW})")]
-    Spec(u32),
+    VerifyWindow(u32),
     /// `--qsa-block` out of range.
     #[error("--qsa-block {0} is out of range (1 to {max} KV positions)", max = rules::MAX_QSA_BLOCK)]
     QsaBlock(u32),
@@ -361,10 +362,10 @@ pub enum PlanError {
 
 /// Plans every kernel `pack` (described by `model`) needs on `target`.
 pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) -> Result<Plan, PlanError> {
-    if options.spec > MAX_WINDOW {
-        return Err(PlanError::Spec(options.spec));
+    if options.verify_window > MAX_WINDOW {
+        return Err(PlanError::VerifyWindow(options.verify_window));
     }
-    let max_window = options.spec.max(1);
+    let max_window = options.verify_window.max(1);
     let mut ops = Vec::new();
 
     // Matrix products: one GEMV per distinct (type, rows, cols), for every window.

@@ -21,7 +21,7 @@ use draft::DraftModel;
 
 /// What speculation does (`--spec`, `--spec-ngram`, `--spec-draft`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SpecConfig {
+pub struct SpeculativeConfig {
     /// The verify window T: up to T − 1 drafts a step; 0 or 1 turns speculation off.
     pub window: u32,
     /// The n-gram drafter's longest suffix to match (it tries down to 2).
@@ -30,9 +30,9 @@ pub struct SpecConfig {
     pub draft_max: Option<usize>,
 }
 
-impl SpecConfig {
+impl SpeculativeConfig {
     /// No speculation.
-    pub const OFF: SpecConfig = SpecConfig { window: 0, ngram: 3, draft_max: None };
+    pub const OFF: SpeculativeConfig = SpeculativeConfig { window: 0, ngram: 3, draft_max: None };
 
     /// Whether steps draft at all.
     pub fn enabled(&self) -> bool {
@@ -82,7 +82,7 @@ impl SpecStats {
 /// tallies.
 #[derive(Clone, Debug)]
 pub struct Speculator {
-    cfg: SpecConfig,
+    cfg: SpeculativeConfig,
     /// Drafts the next step asks for: grows by one after a step whose drafts were all
     /// accepted, halves after one that accepted fewer than half (at least one).
     draft_len: usize,
@@ -91,7 +91,7 @@ pub struct Speculator {
 
 impl Speculator {
     /// A decoder for one sequence.
-    pub fn new(cfg: SpecConfig) -> Speculator {
+    pub fn new(cfg: SpeculativeConfig) -> Speculator {
         Speculator { cfg, draft_len: cfg.most_drafts(), stats: SpecStats::default() }
     }
 
