@@ -59,13 +59,18 @@ def normalized(text):
 def params(text):
     return {m.group(2): m.group(3) for m in signature.finditer(text)}
 
+def kernel_records(path):
+    """plan.toml from its first kernel record on (the options before it were renamed)."""
+    text = path.read_text()
+    return text[text.index("[[kernels]]"):]
+
 def words(text):
     return " ".join(text.split())
 
 failed, kernels, signatures, wrapped, identical = [], 0, 0, 0, 0
 for base in sorted((work / "base").iterdir()):
     new = work / "new" / base.name
-    if (base / "plan.toml").read_bytes() != (new / "plan.toml").read_bytes():
+    if kernel_records(base / "plan.toml") != kernel_records(new / "plan.toml"):
         failed.append(f"{base.name}: kernel records differ")
     [old_src] = base.glob("module.*")
     new_src = new / old_src.name

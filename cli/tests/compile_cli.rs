@@ -150,3 +150,25 @@ fn compile_writes_a_manifest_and_refuses_bad_targets() {
     let o = compile(&["--pack", &pack, "--target", "gfx1100", "--out", out, "--spec", "6"]);
     assert!(stderr(&o).starts_with("up to date:"), "{}", stderr(&o));
 }
+
+#[test]
+fn emit_only_writes_the_module_and_its_records_without_a_toolchain() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = synth(dir.path(), &[]);
+    let out = dir.path().join("emitted");
+    let out_arg = out.to_str().expect("utf-8");
+    // sm_120 cannot be built by Debian's clang-19, but it can be rendered and checked.
+    let o = compile(&["--pack", &path, "--target", "sm_120", "--spec", "3", "--emit-only", "--out", out_arg]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let module = std::fs::read_to_string(out.join("module.cu")).expect("module written");
+    let records: toml::Value =
+        toml::from_str(&std::fs::read_to_string(out.join("plan.toml")).expect("records")).expect("plan.toml is TOML");
+    let kernels = records["kernels"].as_array().expect("kernel records");
+    assert!(!kernels.is_empty());
+    for k in kernels {
+        let name = k["name"].as_str().expect("a name");
+        assert!(module.contains(&format!("void {name}(")), "{name} is not in the module");
+    }
+    assert_eq!(records["options"]["verify_window"].as_integer(), Some(3));
+    assert!(!out.join("manifest.toml").exists(), "no artifacts without a build");
+}
