@@ -90,10 +90,10 @@ impl Forward {
         ops::AddRmsNorm { n: self.embd, eps: self.eps, q8, experts }.into()
     }
 
-    /// The Q, K and V biases (the Qwen2 family): one broadcast add per width.
-    pub fn biases(&self) -> Option<[(Op, u32); 3]> {
+    /// The Q, K and V biases (the Qwen2 family), in that order: broadcast adds.
+    pub fn biases(&self) -> Option<[Op; 3]> {
         let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
-        let bias = |n| (ops::Add { n, broadcast: true }.into(), n);
+        let bias = |n| ops::Add { n, broadcast: true }.into();
         self.qkv_bias.then(|| [bias(q), bias(kv), bias(kv)])
     }
 

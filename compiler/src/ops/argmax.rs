@@ -3,10 +3,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::softmax::row_reduction_checks;
-use super::{Checker, KernelOp, Parts, block_per_row, buffer, launch, per, rows, scalar, untuned};
+use super::softmax::{row_reduction_checks, row_reduction_launch};
+use super::{Checker, KernelOp, Parts, buffer, per, scalar, untuned};
 use crate::plan::rules::MAX_ROWS;
-use crate::plan::{Dim, Elem, KernelRecord, Options};
+use crate::plan::{Elem, KernelRecord, Options};
 use crate::target::Target;
 
 /// Index of the largest value of each row of `n` (first on ties).
@@ -22,15 +22,9 @@ impl KernelOp for Argmax {
     }
 
     fn record(&self, target: &Target, _options: &Options) -> Parts {
-        let threads = block_per_row(target, self.n, 1024).min(target.device.max_threads_per_block);
         untuned(
             // A value and an index a wave.
-            launch(
-                target,
-                [rows("rows"), Dim::Fixed(1), Dim::Fixed(1)],
-                threads,
-                threads / target.device.wave_size * 8,
-            ),
+            row_reduction_launch(target, self.n, 8),
             vec![buffer("x", Elem::F32, per("rows", self.n), false), buffer("out", Elem::I32, per("rows", 1), true)],
             vec![scalar("rows", MAX_ROWS)],
         )

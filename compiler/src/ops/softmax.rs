@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, block_per_row, buffer, launch, per, rows, scalar, untuned};
 use crate::plan::rules::MAX_ROWS;
-use crate::plan::{Dim, Elem, KernelRecord, Options};
+use crate::plan::{Dim, Elem, KernelRecord, Launch, Options};
 use crate::target::Target;
 
 /// In-place softmax over rows of `n`.
@@ -21,14 +21,8 @@ impl KernelOp for Softmax {
     }
 
     fn record(&self, target: &Target, _options: &Options) -> Parts {
-        let threads = block_per_row(target, self.n, 1024).min(target.device.max_threads_per_block);
         untuned(
-            launch(
-                target,
-                [rows("rows"), Dim::Fixed(1), Dim::Fixed(1)],
-                threads,
-                threads / target.device.wave_size * 4,
-            ),
+            row_reduction_launch(target, self.n, 4),
             vec![buffer("x", Elem::F32, per("rows", self.n), true)],
             vec![scalar("rows", MAX_ROWS)],
         )
@@ -41,6 +35,13 @@ impl KernelOp for Softmax {
     fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "n": self.n })
     }
+}
+
+/// A block a row of `n` (grid x, at most a runtime `rows`), striding over it, with
+/// `bytes` of shared memory a wave to combine the waves' results.
+pub(crate) fn row_reduction_launch(target: &Target, n: u32, bytes: u32) -> Launch {
+    let threads = block_per_row(target, n, 1024).min(target.device.max_threads_per_block);
+    launch(target, [rows("rows"), Dim::Fixed(1), Dim::Fixed(1)], threads, threads / target.device.wave_size * bytes)
 }
 
 /// A row reduction's block takes one row (grid x), strides over it, and combines its

@@ -427,7 +427,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     ]);
     ops.extend(forward.head_norm());
     ops.extend(forward.qk_norm());
-    ops.extend(forward.biases().into_iter().flatten().map(|(op, _)| op));
+    ops.extend(forward.biases().into_iter().flatten());
 
     let mut kernels: Vec<KernelRecord> = ops.into_iter().map(|op| rules::kernel_with(op, target, options)).collect();
     // Int8-dot products read their input quantized once: one quantizer per row length,

@@ -87,7 +87,7 @@ impl Model {
                 }
             };
             let weights = [(ly.q_bias, q), (ly.k_bias, k), (ly.v_bias, v)];
-            for ((op, _), (bias, y)) in self.ops.biases().into_iter().flatten().zip(weights) {
+            for (op, (bias, y)) in self.ops.biases().into_iter().flatten().zip(weights) {
                 if let Some(bias) = bias {
                     self.add(&op, y, buf(bias.buf), y, t)?;
                 }

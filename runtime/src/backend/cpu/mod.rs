@@ -1,7 +1,7 @@
 //! The CPU backend: the reference every GPU kernel is tested against, and a way to run
 //! the default model with no GPU.
 //!
-//! Each op is plain Rust with the meaning its plan record states (see `plan::Op`),
+//! Each op is plain Rust with the meaning its plan record states (see `ops::Op`),
 //! written for clarity: weights are dequantized with the bit-exact ggml-compatible
 //! dequantizers, reductions accumulate in f64 where a kernel would accumulate in f32,
 //! and the large products use all cores.
