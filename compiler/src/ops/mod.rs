@@ -1,9 +1,9 @@
 //! One home per kernel op: each module holds the op's parameters (the shapes its kernel
 //! is specialized on), its kernel name, its launch rule with buffers and scalars, its
 //! static check and its template context. The registry below lists them once; the
-//! plan, the static check and emit reach an op only through [`KernelOp`], so adding an
-//! op is its module, its template (`templates/ops/<op>.cu.hbs`) and its CPU reference
-//! (`runtime/src/backend/cpu/<op>.rs`).
+//! plan, the static check and emit reach an op only through [`KernelOp`]. An op's other
+//! homes: its template (`templates/ops/<op>.cu.hbs`), its CPU reference
+//! (`runtime/src/backend/cpu/<op>.rs`) and its step in [`crate::forward`].
 
 pub mod add;
 pub mod add_rmsnorm;
