@@ -12,8 +12,14 @@ use strata_compiler::synth::{self, Preset, Tokenizer, Types};
 pub fn synthetic_pack(preset: Preset, layers: u32, weights: &[GgmlType]) -> Vec<u8> {
     let mut shape = preset.shape();
     shape.layers = layers;
+    synthetic_pack_of(&shape, weights)
+}
+
+/// A synthetic pack of `shape`, weights cycling through `weights`, written to memory
+/// (byte-level tokenizer, seed 1).
+pub fn synthetic_pack_of(shape: &synth::Shape, weights: &[GgmlType]) -> Vec<u8> {
     let types = Types { weights: weights.to_vec(), embedding: GgmlType::Q8_0, output: GgmlType::Q6_K };
-    let planned = synth::plan(&shape, &types, &Tokenizer::byte_level(), "test").expect("valid synthetic spec");
+    let planned = synth::plan(shape, &types, &Tokenizer::byte_level(), "test").expect("valid synthetic spec");
     planned.writer.to_bytes(|i, out| planned.fill(1, i, out))
 }
 

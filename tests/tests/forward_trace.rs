@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use strata_compiler::model::ModelDesc;
+use strata_compiler::model::{Family, ModelDesc};
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::{self, Int8Dot, KernelRecord, Options};
 use strata_compiler::quant::GgmlType;
@@ -16,7 +16,7 @@ use strata_runtime::backend::cpu::Cpu;
 use strata_runtime::backend::{Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, RunError};
 use strata_runtime::kernels::Kernels;
 use strata_runtime::model::{CacheSize, ExpertOptions, Logits, Model, QsaConfig};
-use strata_tests::synthetic_pack;
+use strata_tests::{synthetic_pack, synthetic_pack_of};
 
 /// A buffer as the trace names it: `b` and its allocation number.
 fn buffer(id: BufferId) -> String {
@@ -95,9 +95,14 @@ impl Backend for Recorder {
 /// The launches of a prefill, a decode step, a verify window and, past a small QSA
 /// budget, a sparse decode step of `preset` with `weights`, planned for sm_90.
 fn trace(preset: Preset, weights: &[GgmlType], int8: Int8Dot, experts: ExpertOptions) -> String {
+    trace_pack(synthetic_pack(preset, 2, weights), int8, experts)
+}
+
+/// [`trace`] of a pack's bytes.
+fn trace_pack(bytes: Vec<u8>, int8: Int8Dot, experts: ExpertOptions) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("pack.gguf");
-    std::fs::write(&path, synthetic_pack(preset, 2, weights)).expect("write pack");
+    std::fs::write(&path, bytes).expect("write pack");
     let pack = Pack::open(&path).expect("opens");
     let target = Target::load("sm_90").expect("known");
     let desc = ModelDesc::from_pack(&pack).expect("a model");
@@ -144,4 +149,20 @@ fn moe_walk_resident_and_cached() {
     insta::assert_snapshot!(trace(Preset::TinyQwen3Moe, &weights, Int8Dot::Always, ExpertOptions::default()));
     let cached = ExpertOptions { cache: CacheSize::Percent(25.0), ..ExpertOptions::default() };
     insta::assert_snapshot!(trace(Preset::TinyQwen3Moe, &weights, Int8Dot::Auto, cached));
+}
+
+#[test]
+fn stacked_decode_products_and_head_norms() {
+    // One type: Q·K·V and gate·up stack for the decode step, and qwen3's head norms take
+    // one launch there.
+    insta::assert_snapshot!(trace(Preset::TinyQwen3, &[GgmlType::Q8_0], Int8Dot::Always, ExpertOptions::default()));
+}
+
+#[test]
+fn qwen2_biases() {
+    let mut shape = Preset::TinyLlama.shape();
+    shape.family = Family::Qwen2;
+    shape.layers = 2;
+    let pack = synthetic_pack_of(&shape, &[GgmlType::Q4_0]);
+    insta::assert_snapshot!(trace_pack(pack, Int8Dot::Auto, ExpertOptions::default()));
 }

@@ -8,10 +8,12 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use strata_compiler::plan::KernelRecord;
 use strata_compiler::quant::random_floats;
 
 use crate::backend::{Arg, RunError};
-use crate::model::{Model, QsaKernels, qsa};
+
+use crate::model::{Cache, Model, qsa};
 
 /// One measurement.
 #[derive(Clone, Debug)]
@@ -145,7 +147,7 @@ impl Model {
     }
 
     /// The attention merge of one decode token into the attention output.
-    fn merge(&mut self, merge: &strata_compiler::plan::KernelRecord) -> Result<(), RunError> {
+    fn merge(&mut self, merge: &KernelRecord) -> Result<(), RunError> {
         let s = &self.s;
         self.backend.call(
             merge,
@@ -156,5 +158,55 @@ impl Model {
                 ("tokens", Arg::U32(1)),
             ],
         )
+    }
+}
+
+/// The kernels of a sparse attention pass and the budget in blocks.
+struct QsaKernels {
+    score: KernelRecord,
+    select: KernelRecord,
+    sparse: KernelRecord,
+    budget: u32,
+}
+
+impl Model {
+    /// One layer's attention up to its split partial states: dense, or, given QSA's
+    /// (score, select, sparse attention) kernels and budget, over the selected blocks.
+    fn attention(
+        &mut self,
+        dense: &KernelRecord,
+        qsa: Option<&QsaKernels>,
+        q: Arg,
+        cache: Cache,
+        t: u32,
+        n_blocks: u32,
+    ) -> Result<(), RunError> {
+        let s = &self.s;
+        let buf = |id| Arg::Buf(id, 0);
+        let (pos, tokens) = (("pos", buf(s.pos)), ("tokens", Arg::U32(t)));
+        let common = [
+            ("q", q),
+            ("k_cache", buf(cache.k)),
+            ("v_cache", buf(cache.v)),
+            ("partial", buf(s.partial)),
+            ("splits", buf(s.splits)),
+            pos,
+            tokens,
+            ("n_ctx", Arg::U32(self.n_ctx)),
+        ];
+        let Some(QsaKernels { score, select, sparse, budget }) = qsa else {
+            return self.backend.call(dense, &common);
+        };
+        let (scores, list, count, blocks) = (
+            ("scores", buf(s.scores)),
+            ("list", buf(s.list)),
+            ("count", buf(s.count)),
+            ("n_blocks", Arg::U32(n_blocks)),
+        );
+        self.backend.call(score, &[("q", q), ("k_summary", buf(cache.summary)), scores, pos, tokens, blocks])?;
+        self.backend.call(select, &[scores, list, count, pos, tokens, blocks, ("budget", Arg::U32(*budget))])?;
+        let mut args = common.to_vec();
+        args.extend([list, count, blocks]);
+        self.backend.call(sparse, &args)
     }
 }

@@ -27,16 +27,15 @@ use std::collections::HashMap;
 
 pub use experts::{CacheSize, ExpertOptions, ExpertStats, Placement, Policy};
 pub use forward::Logits;
-pub(crate) use forward::QsaKernels;
 pub use qsa::QsaConfig;
 
 use experts::Experts;
-use kv::Cache;
+pub(crate) use kv::Cache;
 use scratch::Scratch;
 use upload::Uploader;
 use weights::{Layer, Weight, Weights};
 
-use strata_compiler::forward::Forward;
+use strata_compiler::forward::{Forward, LayerShape};
 use strata_compiler::model::ModelDesc;
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::MAX_WINDOW;
@@ -63,6 +62,8 @@ pub struct Model {
     pub(crate) block: u32,
     /// The op of every step of the forward pass (the description the plan compiled).
     pub(crate) ops: Forward,
+    /// Each layer's products, as the steps of a pass name them.
+    shapes: Vec<LayerShape>,
     /// QSA's budget in blocks, where decode passes attend sparsely.
     qsa: Option<u32>,
     /// The slot forward passes run on.
@@ -134,6 +135,12 @@ impl Model {
         // Routing takes up to MAX_WINDOW tokens a pass (and a small cache fewer).
         let window = experts.as_ref().map_or(window, |x| window.min(x.max_window).min(MAX_WINDOW));
         let ops = Forward::new(&desc, block);
+        let shapes = (0..layers.len())
+            .map(|l| {
+                let pools = experts.as_ref().map(|x| (x.gate_up[l].ty, x.down[l].ty));
+                layers[l].shape(pools).ok_or_else(|| RunError::Other(format!("layer {l}: its experts were not loaded")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Model {
             desc,
             backend,
@@ -148,6 +155,7 @@ impl Model {
             caches,
             block,
             ops,
+            shapes,
             qsa: None,
             slot: 0,
             pos: vec![0; slots],

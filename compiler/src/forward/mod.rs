@@ -3,7 +3,12 @@
 //! describe for every window; the runtime's forward walk asks the same description for
 //! the kernel of each step, so the two cannot disagree about a family's RoPE style,
 //! attention scale, norms, biases or experts, nor about which producer quantizes its
-//! output for the int8-dot products that read it.
+//! output for the int8-dot products that read it. [`Forward::steps`] writes a whole pass
+//! as data (`steps.rs`): the runtime launches it as it comes.
+
+mod steps;
+
+pub use steps::{At, Buf, Compiled, FfnShape, LayerShape, Logits, Pass, Step, Value, Weight};
 
 use crate::model::{Experts, ModelDesc};
 use crate::ops::{self, ExpertInput, Op, RopeStyle};

@@ -1,0 +1,562 @@
+//! The forward pass of one window as data: every launch in order, with its op and the
+//! buffers and scalars it is bound to, named by what they hold ([`Buf`], [`Value`]). The
+//! runtime resolves the names to its buffers and launches the steps as they come; the
+//! fusions (stacked products in the decode step, producers that quantize their output
+//! for int8 products, qwen3's one-launch head norms) are decided here, from what was
+//! compiled ([`Compiled`]).
+
+use super::{Forward, Matrix};
+use crate::ops::{ExpertInput, Op};
+use crate::quant::GgmlType;
+
+/// A buffer of the forward pass, by what it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Buf {
+    /// The window's token ids.
+    Ids,
+    /// The residual stream (two, taking turns).
+    Residual(u8),
+    /// The normed hidden state: the next products' input.
+    Normed,
+    /// Queries, keys and values (separate products).
+    Q,
+    /// Keys.
+    K,
+    /// Values.
+    V,
+    /// Q, K and V of the decode step's stacked product, side by side.
+    Qkv,
+    /// Per-head normed queries, then keys.
+    QkNormed,
+    /// Attention's merged output.
+    AttnOut,
+    /// A projection's output on its way back to the residual stream.
+    Proj,
+    /// The FFN's gate.
+    Gate,
+    /// The FFN's up.
+    Up,
+    /// Gate and up of the decode step's stacked product.
+    GateUp,
+    /// SiLU(gate) · up.
+    Act,
+    /// The router's logits.
+    RouterLogits,
+    /// The window's routing ([`crate::ops::RouteLayout`]).
+    Route,
+    /// Each choice's routing weight.
+    RouteWeights,
+    /// Each choice's gate·up.
+    ExpertGateUp,
+    /// Each choice's expert output.
+    ExpertParts,
+    /// A product input's int8 quants.
+    Quants,
+    /// Their per-chunk (scale, sum).
+    QuantScales,
+    /// Attention's split partial states.
+    Partial,
+    /// Attention's splits per (token, head).
+    Splits,
+    /// QSA's block scores.
+    Scores,
+    /// QSA's selected blocks.
+    List,
+    /// QSA's selected block counts.
+    Count,
+    /// The window's first position.
+    Pos,
+    /// The RoPE table.
+    CosSin,
+    /// The logits.
+    Logits,
+    /// A layer's key cache (of the sequence the pass runs on).
+    KCache(u32),
+    /// A layer's value cache.
+    VCache(u32),
+    /// A layer's key block summaries.
+    KSummary(u32),
+    /// A layer's row of the expert-to-slot map.
+    SlotOf(u32),
+    /// A layer's expert pool: stacked gate·up (read by the token's row) or down.
+    Pool(u32, ExpertInput),
+    /// A layer's weight.
+    Layer(u32, Weight),
+    /// The token embedding table.
+    Embedding,
+    /// The output norm.
+    OutputNorm,
+    /// The output projection.
+    Output,
+}
+
+/// A weight of a layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Weight {
+    /// The attention norm.
+    AttnNorm,
+    /// Projections.
+    Q,
+    /// Key projection.
+    K,
+    /// Value projection.
+    V,
+    /// Q, K and V stacked.
+    Qkv,
+    /// Biases (Qwen2).
+    QBias,
+    /// Key bias.
+    KBias,
+    /// Value bias.
+    VBias,
+    /// Per-head norms (Qwen3): query, key, and both side by side.
+    QNorm,
+    /// Key head norm.
+    KNorm,
+    /// Both head norms.
+    QkNorm,
+    /// Attention output projection.
+    O,
+    /// The FFN norm.
+    FfnNorm,
+    /// FFN gate.
+    Gate,
+    /// FFN up.
+    Up,
+    /// Gate and up stacked.
+    GateUp,
+    /// FFN down.
+    Down,
+    /// The experts' router.
+    Router,
+}
+
+/// A buffer from an element (4 bytes) on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct At {
+    /// The buffer.
+    pub buf: Buf,
+    /// Elements of 4 bytes before the argument's first.
+    pub offset: u32,
+}
+
+/// A scalar argument: known when the steps are made, or the runtime's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// This value.
+    Count(u32),
+    /// The KV cache's positions.
+    Ctx,
+    /// The KV cache's blocks.
+    Blocks,
+    /// QSA's budget in blocks.
+    Budget,
+    /// The expert pools' slots.
+    Slots,
+}
+
+/// One step of a pass.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Launch `op`'s kernel with these arguments (by name, in any order).
+    Launch {
+        /// The op.
+        op: Op,
+        /// Buffer arguments.
+        args: Vec<(&'static str, At)>,
+        /// Scalar arguments.
+        scalars: Vec<(&'static str, Value)>,
+    },
+    /// The host places the experts a layer's routing chose (a cached placement uploads
+    /// the missing ones) before their products run.
+    PlaceExperts(u32),
+}
+
+/// Which logits a pass leaves in [`Buf::Logits`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// None (a prefill chunk that is not the last).
+    None,
+    /// The last token's only.
+    Last,
+    /// Every token's of the window.
+    All,
+}
+
+/// The products of one layer, by their matrices.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerShape {
+    /// Q, K, V and output projections.
+    pub q: Matrix,
+    /// Keys.
+    pub k: Matrix,
+    /// Values.
+    pub v: Matrix,
+    /// Attention output.
+    pub o: Matrix,
+    /// Q, K and V stacked for the decode step, where the pack allows.
+    pub qkv: Option<Matrix>,
+    /// The feed-forward network.
+    pub ffn: FfnShape,
+}
+
+/// A layer's feed-forward products.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum FfnShape {
+    /// SiLU-gated.
+    Dense {
+        /// Gate.
+        gate: Matrix,
+        /// Up.
+        up: Matrix,
+        /// Down.
+        down: Matrix,
+        /// Gate and up stacked for the decode step, where the pack allows.
+        gate_up: Option<Matrix>,
+    },
+    /// A mixture of experts.
+    Experts {
+        /// The router.
+        router: Matrix,
+        /// Type of the stacked gate·up pool.
+        gate_up: GgmlType,
+        /// Type of the down pool.
+        down: GgmlType,
+    },
+}
+
+/// What the steps ask of the compiled kernels.
+pub trait Compiled {
+    /// Whether `op`'s kernel takes the int8-dot path.
+    fn int8(&mut self, op: &Op) -> bool;
+    /// Whether `op`'s kernel was compiled.
+    fn has(&mut self, op: &Op) -> bool;
+}
+
+/// One pass to describe.
+#[derive(Clone, Copy, Debug)]
+pub struct Pass<'a> {
+    /// Tokens in the window.
+    pub tokens: u32,
+    /// Which logits it leaves.
+    pub logits: Logits,
+    /// The first layer that attends to QSA's selected blocks (none: all dense).
+    pub sparse_from: Option<u32>,
+    /// The layers' products.
+    pub layers: &'a [LayerShape],
+    /// The output projection.
+    pub output: Matrix,
+    /// The embedding table's type.
+    pub embedding: GgmlType,
+}
+
+fn at(buf: Buf) -> At {
+    At { buf, offset: 0 }
+}
+
+/// The steps being written, with the kernels they ask about.
+struct Walk<'f, 'k> {
+    f: &'f Forward,
+    k: &'k mut dyn Compiled,
+    steps: Vec<Step>,
+}
+
+impl Walk<'_, '_> {
+    fn launch(&mut self, op: Op, args: &[(&'static str, At)], scalars: &[(&'static str, Value)]) {
+        self.steps.push(Step::Launch { op, args: args.to_vec(), scalars: scalars.to_vec() });
+    }
+
+    fn int8(&mut self, m: Matrix, window: u32) -> bool {
+        let op = self.f.product(m, window);
+        self.k.int8(&op)
+    }
+
+    /// Whether `producer` should also quantize its output for the products of
+    /// `consumers`: where one of them takes the int8 path and the fused kernel exists.
+    fn fuse_q8(&mut self, producer: &Op, consumers: &[Matrix], window: u32) -> bool {
+        self.k.has(producer) && consumers.iter().any(|m| self.int8(*m, window))
+    }
+
+    /// The products of one input `x` (`window` rows): where any takes the int8 path, `x`
+    /// is quantized once for all of them, unless its producer did (`quantized`).
+    fn products(&mut self, x: At, window: u32, products: &[(At, Matrix, At)], quantized: bool) {
+        let int8: Vec<bool> = products.iter().map(|(_, m, _)| self.int8(*m, window)).collect();
+        let (xq, xd) = (at(Buf::Quants), at(Buf::QuantScales));
+        if let Some((_, m, _)) = products.iter().zip(&int8).find(|(_, q)| **q).map(|p| p.0)
+            && !quantized
+        {
+            let quantize = self.f.quantize(m.cols);
+            self.launch(quantize, &[("x", x), ("xq", xq), ("xd", xd)], &[("rows", Value::Count(window))]);
+        }
+        for ((w, m, y), int8) in products.iter().zip(int8) {
+            let op = self.f.product(*m, window);
+            match int8 {
+                true => self.launch(op, &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y)], &[]),
+                false => self.launch(op, &[("w", *w), ("x", x), ("y", *y)], &[]),
+            }
+        }
+    }
+
+    /// `sum = a + b` (the new residual stream) and `y = rmsnorm(sum) · w` over `rows`
+    /// rows, for the products of `next`; returns whether it also quantized `y` for them.
+    /// `b` is a buffer, or with `None` the weighted sum of the experts' outputs.
+    fn add_norm(&mut self, a: Buf, b: Option<Buf>, w: Buf, sum: Buf, rows: u32, next: &[Matrix]) -> bool {
+        let experts = b.is_none() && self.f.experts.is_some();
+        let fused = self.f.add_norm(true, experts);
+        let q8 = if next.is_empty() { self.k.has(&fused) } else { self.fuse_q8(&fused, next, rows) };
+        let mut args = vec![("a", at(a)), ("w", at(w)), ("sum", at(sum)), ("y", at(Buf::Normed))];
+        match b {
+            Some(b) => args.push(("b", at(b))),
+            None => args.extend([("parts", at(Buf::ExpertParts)), ("weights", at(Buf::RouteWeights))]),
+        }
+        if q8 {
+            args.extend([("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales))]);
+        }
+        self.launch(self.f.add_norm(q8, experts), &args, &[("rows", Value::Count(rows))]);
+        q8
+    }
+
+    /// A layer's attention up to its merged output: dense, or over QSA's selection.
+    fn attention(&mut self, l: u32, q: At, t: u32, sparse: bool) {
+        let tokens = ("tokens", Value::Count(t));
+        let (pos, blocks) = (("pos", at(Buf::Pos)), ("n_blocks", Value::Blocks));
+        let mut args = vec![
+            ("q", q),
+            ("k_cache", at(Buf::KCache(l))),
+            ("v_cache", at(Buf::VCache(l))),
+            ("partial", at(Buf::Partial)),
+            ("splits", at(Buf::Splits)),
+            pos,
+        ];
+        if !sparse {
+            self.launch(self.f.attention(false), &args, &[tokens, ("n_ctx", Value::Ctx)]);
+            return;
+        }
+        let (scores, list, count) = (("scores", at(Buf::Scores)), ("list", at(Buf::List)), ("count", at(Buf::Count)));
+        self.launch(
+            self.f.qsa_score(),
+            &[("q", q), ("k_summary", at(Buf::KSummary(l))), scores, pos],
+            &[tokens, blocks],
+        );
+        self.launch(self.f.qsa_select(), &[scores, list, count, pos], &[tokens, blocks, ("budget", Value::Budget)]);
+        args.extend([list, count]);
+        self.launch(self.f.attention(true), &args, &[tokens, ("n_ctx", Value::Ctx), blocks]);
+    }
+
+    /// The SiLU-gated FFN of the normed state (quantized already where `h_q8`) into
+    /// [`Buf::Proj`].
+    fn dense_ffn(&mut self, l: u32, ffn: FfnShape, t: u32, h_q8: bool) {
+        let FfnShape::Dense { gate, up, down, gate_up } = ffn else { return };
+        let w = |w| at(Buf::Layer(l, w));
+        let (gate_in, up_in) = match gate_up {
+            Some(gu) if t == 1 => {
+                self.products(at(Buf::Normed), 1, &[(w(Weight::GateUp), gu, at(Buf::GateUp))], h_q8);
+                (at(Buf::GateUp), At { buf: Buf::GateUp, offset: gate.rows })
+            }
+            _ => {
+                let products = [(w(Weight::Gate), gate, at(Buf::Gate)), (w(Weight::Up), up, at(Buf::Up))];
+                self.products(at(Buf::Normed), t, &products, h_q8);
+                (at(Buf::Gate), at(Buf::Up))
+            }
+        };
+        let act_q8 = self.fuse_q8(&self.f.silu_mul(true), &[down], t);
+        let mut args = vec![("gate", gate_in), ("up", up_in), ("y", at(Buf::Act))];
+        if act_q8 {
+            args.extend([("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales))]);
+        }
+        self.launch(self.f.silu_mul(act_q8), &args, &[("tokens", Value::Count(t))]);
+        self.products(at(Buf::Act), t, &[(w(Weight::Down), down, at(Buf::Proj))], act_q8);
+    }
+
+    /// A layer's mixture of experts over the normed state: router, routing, the host's
+    /// placement, the chosen experts' gate·up, SiLU·mul and down, leaving each choice's
+    /// output and weight for the next norm (or the last layer's sum).
+    fn expert_ffn(&mut self, l: u32, ffn: FfnShape, t: u32, h_q8: bool) {
+        let (FfnShape::Experts { router, gate_up, down }, Some(shape)) = (ffn, self.f.experts) else { return };
+        let (Some(route), Some(first), Some(second)) = (
+            self.f.route(),
+            self.f.expert_product(gate_up, t, ExpertInput::Token),
+            self.f.expert_product(down, t, ExpertInput::Choice),
+        ) else {
+            return;
+        };
+        let normed = at(Buf::Normed);
+        // The router reads the state as floats, so it does not disturb its quants.
+        self.products(normed, t, &[(at(Buf::Layer(l, Weight::Router)), router, at(Buf::RouterLogits))], h_q8);
+        let routing =
+            [("logits", at(Buf::RouterLogits)), ("route", at(Buf::Route)), ("weights", at(Buf::RouteWeights))];
+        self.launch(route, &routing, &[("tokens", Value::Count(t))]);
+        self.steps.push(Step::PlaceExperts(l));
+        let (int8_first, int8_second) = (self.k.int8(&first), self.k.int8(&second));
+        let (xq, xd) = (("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales)));
+        if int8_first && !h_q8 {
+            let quantize = self.f.quantize(self.f.embd);
+            self.launch(quantize, &[("x", normed), xq, xd], &[("rows", Value::Count(t))]);
+        }
+        let product = |walk: &mut Self, op: Op, int8: bool, input: ExpertInput, x: At, y: Buf| {
+            let mut args = vec![
+                ("w", at(Buf::Pool(l, input))),
+                ("route", at(Buf::Route)),
+                ("slot_of", at(Buf::SlotOf(l))),
+                ("y", at(y)),
+            ];
+            if int8 {
+                args.extend([xq, xd]);
+            } else {
+                args.push(("x", x));
+            }
+            walk.launch(op, &args, &[("slots", Value::Slots)]);
+        };
+        product(self, first, int8_first, ExpertInput::Token, normed, Buf::ExpertGateUp);
+        let mut args = vec![("gate_up", at(Buf::ExpertGateUp)), ("y", at(Buf::Act))];
+        if int8_second {
+            args.extend([xq, xd]);
+        }
+        self.launch(self.f.silu_mul(int8_second), &args, &[("tokens", Value::Count(t * shape.used))]);
+        product(self, second, int8_second, ExpertInput::Choice, at(Buf::Act), Buf::ExpertParts);
+    }
+}
+
+/// The products that read a layer's attention norm, for a window of `t` tokens.
+fn attention_inputs(ly: &LayerShape, t: u32) -> Vec<Matrix> {
+    match ly.qkv {
+        Some(qkv) if t == 1 => vec![qkv],
+        _ => vec![ly.q, ly.k, ly.v],
+    }
+}
+
+/// The products that read a layer's feed-forward norm, for a window of `t` tokens
+/// (none for experts, whose products always read int8 input).
+fn ffn_inputs(ly: &LayerShape, t: u32) -> Vec<Matrix> {
+    match ly.ffn {
+        FfnShape::Dense { gate_up: Some(gu), .. } if t == 1 => vec![gu],
+        FfnShape::Dense { gate, up, .. } => vec![gate, up],
+        FfnShape::Experts { .. } => vec![],
+    }
+}
+
+impl Forward {
+    /// Every step of `pass`, in launch order.
+    pub fn steps(&self, pass: &Pass<'_>, compiled: &mut dyn Compiled) -> Vec<Step> {
+        let mut w = Walk { f: self, k: compiled, steps: Vec::new() };
+        let t = pass.tokens;
+        let (qd, kd) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
+        let count = Value::Count;
+        let layer = |l: u32, weight| at(Buf::Layer(l, weight));
+        let embed = [("table", at(Buf::Embedding)), ("ids", at(Buf::Ids)), ("y", at(Buf::Residual(0)))];
+        w.launch(self.embed(pass.embedding), &embed, &[("tokens", count(t))]);
+        let norm = [("x", at(Buf::Residual(0))), ("w", layer(0, Weight::AttnNorm)), ("y", at(Buf::Normed))];
+        w.launch(self.norm(), &norm, &[("rows", count(t))]);
+        // Whether the normed state's int8 quants were made by the norm that wrote it.
+        let mut h_q8 = false;
+        let mut cur = 0u8;
+        let residual = |i: u8| Buf::Residual(i);
+        for (l, ly) in (0u32..).zip(pass.layers) {
+            // Q, K, V: one stacked product when decoding, where the pack allows.
+            let normed = at(Buf::Normed);
+            let (q, k, v) = match ly.qkv {
+                Some(qkv) if t == 1 => {
+                    w.products(normed, 1, &[(layer(l, Weight::Qkv), qkv, at(Buf::Qkv))], h_q8);
+                    let part = |offset| At { buf: Buf::Qkv, offset };
+                    (part(0), part(qd), part(qd + kd))
+                }
+                _ => {
+                    let (q, k, v) = (at(Buf::Q), at(Buf::K), at(Buf::V));
+                    let products = [
+                        (layer(l, Weight::Q), ly.q, q),
+                        (layer(l, Weight::K), ly.k, k),
+                        (layer(l, Weight::V), ly.v, v),
+                    ];
+                    w.products(normed, t, &products, h_q8);
+                    (q, k, v)
+                }
+            };
+            let biases = [(Weight::QBias, q), (Weight::KBias, k), (Weight::VBias, v)];
+            for (op, (bias, y)) in self.biases().into_iter().flatten().zip(biases) {
+                w.launch(op, &[("a", y), ("b", layer(l, bias)), ("y", y)], &[("tokens", count(t))]);
+            }
+            // Per-head norms write Q then K into one buffer: in one launch where the
+            // decode step's stacked product left the Q and K heads side by side.
+            let (q, k) = match (self.head_norm(), self.qk_norm()) {
+                (Some(head_norm), Some(fused)) => {
+                    let (qn, kn) = (at(Buf::QkNormed), At { buf: Buf::QkNormed, offset: t * qd });
+                    if t == 1 && ly.qkv.is_some() && w.k.has(&fused) {
+                        let args = [("x", q), ("w", layer(l, Weight::QkNorm)), ("y", qn)];
+                        w.launch(fused, &args, &[("rows", count(self.heads + self.kv_heads))]);
+                    } else {
+                        let args = [("x", q), ("w", layer(l, Weight::QNorm)), ("y", qn)];
+                        w.launch(head_norm.clone(), &args, &[("rows", count(t * self.heads))]);
+                        let args = [("x", k), ("w", layer(l, Weight::KNorm)), ("y", kn)];
+                        w.launch(head_norm, &args, &[("rows", count(t * self.kv_heads))]);
+                    }
+                    (qn, kn)
+                }
+                _ => (q, k),
+            };
+            let store = [
+                ("q", q),
+                ("k", k),
+                ("v", v),
+                ("k_cache", at(Buf::KCache(l))),
+                ("v_cache", at(Buf::VCache(l))),
+                ("k_summary", at(Buf::KSummary(l))),
+                ("cos_sin", at(Buf::CosSin)),
+                ("pos", at(Buf::Pos)),
+            ];
+            let sizes = [("tokens", count(t)), ("n_ctx", Value::Ctx), ("n_blocks", Value::Blocks)];
+            w.launch(self.rope_store(), &store, &sizes);
+            w.attention(l, q, t, pass.sparse_from.is_some_and(|first| l >= first));
+            // The merge quantizes its output where the output projection reads int8.
+            let merge_q8 = w.fuse_q8(&self.merge(true), &[ly.o], t);
+            let mut args = vec![("partial", at(Buf::Partial)), ("splits", at(Buf::Splits)), ("out", at(Buf::AttnOut))];
+            if merge_q8 {
+                args.extend([("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales))]);
+            }
+            w.launch(self.merge(merge_q8), &args, &[("tokens", count(t))]);
+            w.products(at(Buf::AttnOut), t, &[(layer(l, Weight::O), ly.o, at(Buf::Proj))], merge_q8);
+            let ffn_norm = Buf::Layer(l, Weight::FfnNorm);
+            h_q8 = w.add_norm(residual(cur), Some(Buf::Proj), ffn_norm, residual(1 - cur), t, &ffn_inputs(ly, t));
+            cur = 1 - cur;
+            // Where the FFN's output is: the projection's, or (experts) their parts and
+            // weights, which the next norm sums itself.
+            let out = match ly.ffn {
+                FfnShape::Dense { .. } => {
+                    w.dense_ffn(l, ly.ffn, t, h_q8);
+                    Some(Buf::Proj)
+                }
+                FfnShape::Experts { .. } => {
+                    w.expert_ffn(l, ly.ffn, t, h_q8);
+                    None
+                }
+            };
+            match pass.layers.get(l as usize + 1) {
+                Some(next) => {
+                    let norm = Buf::Layer(l + 1, Weight::AttnNorm);
+                    h_q8 = w.add_norm(residual(cur), out, norm, residual(1 - cur), t, &attention_inputs(next, t));
+                }
+                None => {
+                    if let (None, Some(sum)) = (out, self.moe_sum()) {
+                        let args = [("parts", at(Buf::ExpertParts)), ("weights", at(Buf::RouteWeights))];
+                        w.launch(sum, &[args[0], args[1], ("y", at(Buf::Proj))], &[("tokens", count(t))]);
+                    }
+                    let args = [("a", at(residual(cur))), ("b", at(Buf::Proj)), ("y", at(residual(1 - cur)))];
+                    w.launch(self.residual_add(), &args, &[("tokens", count(t))]);
+                }
+            }
+            cur = 1 - cur;
+        }
+        let (rows, first) = match pass.logits {
+            Logits::None => return w.steps,
+            Logits::Last => (1, (t - 1) * self.embd),
+            Logits::All => (t, 0),
+        };
+        let x = At { buf: residual(cur), offset: first };
+        w.launch(
+            self.norm(),
+            &[("x", x), ("w", at(Buf::OutputNorm)), ("y", at(Buf::Normed))],
+            &[("rows", count(rows))],
+        );
+        w.products(at(Buf::Normed), rows, &[(at(Buf::Output), pass.output, at(Buf::Logits))], false);
+        w.steps
+    }
+}
