@@ -12,6 +12,7 @@ pub use steps::{At, Buf, Compiled, FfnShape, LayerShape, Logits, Pass, Step, Val
 
 use crate::model::{Experts, ModelDesc};
 use crate::ops::{self, ExpertInput, Op, RopeStyle};
+use crate::pack::Pack;
 use crate::quant::GgmlType;
 
 /// A weight matrix a product reads: type and shape (rows of `cols`).
@@ -61,6 +62,49 @@ impl Forward {
             experts: desc.experts,
             block,
         }
+    }
+
+    /// Each layer's products as `pack` stores them: Q·K·V and gate·up stacked for the
+    /// decode step where [`crate::plan::fused_gemv`] allows (as the runtime uploads
+    /// them); `None` where a tensor is missing (the model check names it).
+    pub fn layers(&self, desc: &ModelDesc, pack: &Pack) -> Option<Vec<LayerShape>> {
+        (0..desc.layers)
+            .map(|l| {
+                let tensor = |n: &str| pack.tensor(&format!("blk.{l}.{n}.weight"));
+                let matrix = |n: &str| {
+                    let t = tensor(n)?;
+                    Some(Matrix { quant: t.ty, rows: *t.shape.get(1)? as u32, cols: *t.shape.first()? as u32 })
+                };
+                let stacked = |names: &[&str]| {
+                    let tensors: Option<Vec<_>> = names.iter().map(|n| tensor(n)).collect();
+                    match tensors.as_deref().and_then(crate::plan::fused_gemv) {
+                        Some(Op::Gemv(g)) => Some(Matrix { quant: g.quant, rows: g.rows, cols: g.cols }),
+                        _ => None,
+                    }
+                };
+                let ffn = match self.experts {
+                    None => FfnShape::Dense {
+                        gate: matrix("ffn_gate")?,
+                        up: matrix("ffn_up")?,
+                        down: matrix("ffn_down")?,
+                        gate_up: stacked(&["ffn_gate", "ffn_up"]),
+                    },
+                    Some(_) => FfnShape::Experts {
+                        router: matrix("ffn_gate_inp")?,
+                        gate_up: tensor("ffn_gate_exps")?.ty,
+                        down: tensor("ffn_down_exps")?.ty,
+                    },
+                };
+                Some(LayerShape {
+                    q: matrix("attn_q")?,
+                    k: matrix("attn_k")?,
+                    v: matrix("attn_v")?,
+                    o: matrix("attn_output")?,
+                    qkv: stacked(&["attn_q", "attn_k", "attn_v"]),
+                    ffn,
+                })
+            })
+            .collect()
     }
 
     /// Attention's score scale, `1/sqrt(head length)`.

@@ -1,0 +1,84 @@
+//! The plan and the forward pass agree: every kernel a pass's steps launch, for every
+//! window the plan compiles, dense or sparse, whatever logits it leaves, is planned. (The
+//! plan holds more: both variants of a producer that can quantize its output, each
+//! tensor's own decode product beside the stacked one, softmax.)
+
+use std::collections::BTreeSet;
+
+use strata_compiler::forward::{Compiled, Forward, Logits, Matrix, Pass, Step};
+use strata_compiler::model::{Family, ModelDesc};
+use strata_compiler::ops::Op;
+use strata_compiler::pack::Pack;
+use strata_compiler::plan::{self, Int8Dot, KernelRecord, Options, Tuning, rules};
+use strata_compiler::quant::GgmlType;
+use strata_compiler::synth::Preset;
+use strata_compiler::target::Target;
+use strata_tests::{synthetic_pack, synthetic_pack_of};
+
+/// The plan's records, asked as the runtime asks its compiled kernels.
+struct Planned<'a>(&'a [KernelRecord]);
+
+impl Compiled for Planned<'_> {
+    fn int8(&mut self, op: &Op) -> bool {
+        let name = op.kernel_name();
+        self.0.iter().any(|k| k.name == name && matches!(k.tuning, Tuning::GemvQ8(_)))
+    }
+
+    fn has(&mut self, op: &Op) -> bool {
+        let name = op.kernel_name();
+        self.0.iter().any(|k| k.name == name)
+    }
+}
+
+fn check(bytes: Vec<u8>, target: &str, int8: Int8Dot) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("pack.gguf");
+    std::fs::write(&path, bytes).expect("written");
+    let pack = Pack::open(&path).expect("opens");
+    let desc = ModelDesc::from_pack(&pack).expect("a model");
+    let target = Target::load(target).expect("known");
+    let options = Options { verify_window: 16, int8, ..Options::default() };
+    let plan = plan::plan(&desc, &pack, &target, &options).expect("plans");
+    let forward = Forward::new(&desc, rules::qsa_block(&target));
+    let layers = forward.layers(&desc, &pack).expect("every tensor");
+    let matrix = |name: &str| {
+        let t = pack.tensor(name)?;
+        Some(Matrix { quant: t.ty, rows: t.shape[1] as u32, cols: t.shape[0] as u32 })
+    };
+    let output = matrix("output.weight").or_else(|| matrix("token_embd.weight")).expect("an output");
+    let embedding = pack.tensor("token_embd.weight").expect("an embedding").ty;
+    let mut launched = BTreeSet::new();
+    for tokens in 1..=16 {
+        for sparse_from in [None, Some(1)] {
+            for logits in [Logits::None, Logits::Last, Logits::All] {
+                let pass = Pass { tokens, logits, sparse_from, layers: &layers, output, embedding };
+                for step in forward.steps(&pass, &mut Planned(&plan.kernels)) {
+                    if let Step::Launch { op, .. } = step {
+                        launched.insert(op.kernel_name());
+                    }
+                }
+            }
+        }
+    }
+    launched.insert(forward.argmax().kernel_name());
+    let planned: BTreeSet<String> = plan.kernels.iter().map(|k| k.name.clone()).collect();
+    assert!(launched.len() > 10, "{}: {launched:?}", target.name);
+    let missing: Vec<_> = launched.difference(&planned).collect();
+    assert!(missing.is_empty(), "{}: launched but not planned: {missing:?}", target.name);
+}
+
+#[test]
+fn every_step_is_planned() {
+    use GgmlType as G;
+    let mix_a = [G::IQ1_M, G::IQ2_XS, G::IQ3_XXS, G::IQ3_S, G::Q4_0, G::Q4_1, G::Q8_0, G::Q4_K, G::Q6_K];
+    let mut qwen2 = Preset::TinyLlama.shape();
+    (qwen2.family, qwen2.layers) = (Family::Qwen2, 2);
+    for target in ["sm_90", "gfx1100", "gfx90a"] {
+        for int8 in [Int8Dot::Auto, Int8Dot::Always] {
+            check(synthetic_pack(Preset::TinyLlama, 2, &mix_a), target, int8);
+            check(synthetic_pack(Preset::TinyQwen3, 2, &[G::Q8_0]), target, int8);
+            check(synthetic_pack(Preset::TinyQwen3Moe, 2, &[G::IQ2_XS, G::Q4_K]), target, int8);
+            check(synthetic_pack_of(&qwen2, &[G::Q4_0]), target, int8);
+        }
+    }
+}
