@@ -64,22 +64,6 @@ impl Outcome {
     }
 }
 
-/// Per-op tolerance, relative to the largest reference magnitude of the output.
-fn tolerance(op: &Op) -> f64 {
-    match op {
-        Op::Gemv(_) | Op::ExpertGemv(_) | Op::Attention(_) | Op::AttentionMerge(_) => 2e-4,
-        // Expert ids exactly (one off in a list of 8 is 1e-1); weights through approximate exp.
-        Op::MoeRoute(_) => 2e-6,
-        Op::MoeSum(_) => 1e-6,
-        Op::RmsNorm(_) | Op::AddRmsNorm(_) | Op::Softmax(_) => 1e-4,
-        // f16 cache entries may round to the neighbouring value.
-        Op::RopeStore(_) => 1e-3,
-        Op::SiluMul(_) | Op::Add(_) | Op::Embed(_) => 1e-5,
-        // The same float operations as the CPU's: bit for bit.
-        Op::Argmax(_) | Op::QuantizeQ8(_) | Op::QsaScore(_) | Op::QsaSelect(_) => 0.0,
-    }
-}
-
 /// The scalar value a test launch uses.
 fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
     let block = match spec.op {
@@ -239,7 +223,7 @@ pub fn test_kernel(
         return Err(RunError::Hang { kernel: spec.name.clone(), seconds: deadline.as_secs_f64() });
     }
     let time = start.elapsed();
-    let tolerance = tolerance(&spec.op);
+    let tolerance = spec.op.def().tolerance();
     let mut max_error = 0f64;
     let mut first_bad = None;
     // A kernel that also quantizes its output `y` (a fused quantizer): its quants must be

@@ -50,6 +50,10 @@ impl KernelOp for Add {
         }
     }
 
+    fn tolerance(&self) -> f64 {
+        1e-5
+    }
+
     fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         let Add { n, broadcast } = *self;
         json!({ "n": n, "broadcast": broadcast, "b_index": if broadcast { "i" } else { "at" } })

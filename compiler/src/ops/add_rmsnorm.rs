@@ -71,6 +71,10 @@ impl KernelOp for AddRmsNorm {
         c.extents.push(("w", u64::from(self.n)));
     }
 
+    fn tolerance(&self) -> f64 {
+        1e-4
+    }
+
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let AddRmsNorm { n, eps, q8, experts } = *self;
         json!({ "n": n, "eps": c_float(eps), "q8": q8, "experts": experts, "per_thread": n.div_ceil(k.launch.threads) })

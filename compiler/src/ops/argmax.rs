@@ -34,6 +34,11 @@ impl KernelOp for Argmax {
         row_reduction_checks(k, c, 8);
     }
 
+    fn tolerance(&self) -> f64 {
+        // The same float operations as the CPU reference: bit for bit.
+        0.0
+    }
+
     fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "n": self.n })
     }

@@ -128,6 +128,10 @@ impl KernelOp for Attention {
         c.extents.push(("pos", 1));
     }
 
+    fn tolerance(&self) -> f64 {
+        2e-4
+    }
+
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let Attention { heads, kv_heads, head_dim, scale, block, sparse } = *self;
         let Tuning::Attention(t) = &k.tuning else { return json!({}) };

@@ -65,6 +65,10 @@ impl KernelOp for AttentionMerge {
         }
     }
 
+    fn tolerance(&self) -> f64 {
+        2e-4
+    }
+
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let AttentionMerge { heads, head_dim, q8 } = *self;
         let Tuning::Attention(t) = &k.tuning else { return json!({}) };

@@ -53,6 +53,10 @@ impl KernelOp for Embed {
         c.extents.push(("table", u64::from(vocab).saturating_mul(row_bytes)));
     }
 
+    fn tolerance(&self) -> f64 {
+        1e-5
+    }
+
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let Embed { quant, cols, vocab } = *self;
         json!({

@@ -125,6 +125,10 @@ impl KernelOp for ExpertGemv {
         c.extents.push(("y", u64::from(window * used * rows)));
     }
 
+    fn tolerance(&self) -> f64 {
+        2e-4
+    }
+
     fn context(&self, k: &KernelRecord, target: &Target) -> Value {
         let ExpertGemv { quant, rows, cols, window, used, experts, input } = *self;
         let matrix_bytes = self.matrix_bytes();

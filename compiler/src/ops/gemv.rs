@@ -84,6 +84,10 @@ impl KernelOp for Gemv {
         c.extents.push(("y", u64::from(window * rows)));
     }
 
+    fn tolerance(&self) -> f64 {
+        2e-4
+    }
+
     fn context(&self, k: &KernelRecord, target: &Target) -> Value {
         let Gemv { quant, rows, cols, window } = *self;
         let weights = json!({ "experts": false, "w_base": "", "w_len": format!("{}ull", fixed(k, "w")) });

@@ -61,6 +61,10 @@ pub trait KernelOp {
     /// beyond the limits every kernel is checked for.
     fn check(&self, k: &KernelRecord, c: &mut Checker);
 
+    /// How far the kernel's outputs may be from the CPU reference's in the device
+    /// self-test, relative to the largest reference magnitude of the output.
+    fn tolerance(&self) -> f64;
+
     /// The values its template reads besides the common ones (name, id, threads, ...).
     fn context(&self, k: &KernelRecord, target: &Target) -> Value;
 

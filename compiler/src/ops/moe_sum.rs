@@ -41,6 +41,10 @@ impl KernelOp for MoeSum {
         c.covers(u64::from(self.n), c.grid_x());
     }
 
+    fn tolerance(&self) -> f64 {
+        1e-6
+    }
+
     fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "n": self.n, "used": self.used })
     }

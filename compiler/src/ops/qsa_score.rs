@@ -83,6 +83,11 @@ impl KernelOp for QsaScore {
         c.extents.push(("pos", 1));
     }
 
+    fn tolerance(&self) -> f64 {
+        // The same float operations as the CPU reference, in the same order: bit for bit.
+        0.0
+    }
+
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let QsaScore { heads, kv_heads, head_dim, block } = *self;
         let l = &k.launch;

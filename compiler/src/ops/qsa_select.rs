@@ -63,6 +63,11 @@ impl KernelOp for QsaSelect {
         c.extents.push(("pos", 1));
     }
 
+    fn tolerance(&self) -> f64 {
+        // The same float operations as the CPU reference: bit for bit.
+        0.0
+    }
+
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let l = &k.launch;
         json!({

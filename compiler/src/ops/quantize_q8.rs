@@ -45,6 +45,11 @@ impl KernelOp for QuantizeQ8 {
         }
     }
 
+    fn tolerance(&self) -> f64 {
+        // The same float operations as the CPU reference: bit for bit.
+        0.0
+    }
+
     fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "cols": self.cols, "chunks": self.cols / 32 })
     }

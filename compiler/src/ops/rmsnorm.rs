@@ -55,6 +55,10 @@ impl KernelOp for RmsNorm {
         c.extents.push(("w", u64::from(if self.qk.is_some() { 2 * self.n } else { self.n })));
     }
 
+    fn tolerance(&self) -> f64 {
+        1e-4
+    }
+
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let RmsNorm { n, eps, qk } = *self;
         json!({

@@ -53,6 +53,10 @@ impl KernelOp for SiluMul {
         }
     }
 
+    fn tolerance(&self) -> f64 {
+        1e-5
+    }
+
     fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "n": self.n, "q8": self.q8, "paired": self.paired })
     }

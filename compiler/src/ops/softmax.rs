@@ -32,6 +32,10 @@ impl KernelOp for Softmax {
         row_reduction_checks(k, c, 4);
     }
 
+    fn tolerance(&self) -> f64 {
+        1e-4
+    }
+
     fn context(&self, _k: &KernelRecord, _target: &Target) -> Value {
         json!({ "n": self.n })
     }
