@@ -173,7 +173,7 @@ pub enum Step {
 }
 
 /// Which logits a pass leaves in [`Buf::Logits`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Logits {
     /// None (a prefill chunk that is not the last).
     None,

@@ -6,6 +6,8 @@
 //! uploads what is missing). Nothing here synchronizes: the callers capture or run what
 //! it queues.
 
+use std::sync::Arc;
+
 use strata_compiler::forward::{At, Buf, Compiled, FfnShape, LayerShape, Pass, Step, Value, Weight as Role};
 use strata_compiler::ops::{ExpertInput, Op};
 use strata_compiler::plan::Tuning;
@@ -54,24 +56,33 @@ impl Model {
     /// position in the `pos` buffer; with `sparse`, layers past the first few attend to
     /// QSA's selected blocks.
     pub(super) fn enqueue(&mut self, ids: BufferId, t: u32, logits: Logits, sparse: bool) -> Result<(), RunError> {
-        let pass = Pass {
-            tokens: t,
-            logits,
-            sparse_from: self.qsa.filter(|_| sparse).map(|_| qsa::DENSE_LAYERS as u32),
-            layers: &self.shapes,
-            output: self.output.matrix(),
-            embedding: self.embed.ty,
+        let sparse_from = self.qsa.filter(|_| sparse).map(|_| qsa::DENSE_LAYERS as u32);
+        let steps = match self.passes.get(&(t, logits, sparse_from)) {
+            Some(steps) => steps.clone(),
+            None => {
+                let pass = Pass {
+                    tokens: t,
+                    logits,
+                    sparse_from,
+                    layers: &self.shapes,
+                    output: self.output.matrix(),
+                    embedding: self.embed.ty,
+                };
+                let steps: Arc<[Step]> = self.ops.steps(&pass, &mut self.kernels).into();
+                self.passes.insert((t, logits, sparse_from), steps.clone());
+                steps
+            }
         };
-        for step in self.ops.steps(&pass, &mut self.kernels) {
+        for step in steps.iter() {
             match step {
                 Step::Launch { op, args, scalars } => {
-                    let spec = self.kernels.get(&op)?;
+                    let spec = self.kernels.get(op)?;
                     let mut named = Vec::with_capacity(args.len() + scalars.len());
                     for (name, at) in args {
-                        named.push((name, self.bind(at, ids)?));
+                        named.push((*name, self.bind(*at, ids)?));
                     }
                     for (name, value) in scalars {
-                        named.push((name, Arg::U32(self.value(value))));
+                        named.push((*name, Arg::U32(self.value(*value))));
                     }
                     self.backend.call(&spec, &named)?;
                 }
@@ -80,7 +91,7 @@ impl Model {
                     let Some(x) = self.experts.as_mut() else {
                         return Err(RunError::Other("experts were not loaded".into()));
                     };
-                    x.prepare_layer(self.backend.as_mut(), layer, route)?;
+                    x.prepare_layer(self.backend.as_mut(), *layer, route)?;
                 }
             }
         }

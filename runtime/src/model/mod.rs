@@ -24,6 +24,7 @@ mod upload;
 mod weights;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 pub use experts::{CacheSize, ExpertOptions, ExpertStats, Placement, Policy};
 pub use forward::Logits;
@@ -35,7 +36,7 @@ use scratch::Scratch;
 use upload::Uploader;
 use weights::{Layer, Weight, Weights};
 
-use strata_compiler::forward::{Forward, LayerShape};
+use strata_compiler::forward::{Forward, LayerShape, Step};
 use strata_compiler::model::ModelDesc;
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::MAX_WINDOW;
@@ -64,6 +65,8 @@ pub struct Model {
     pub(crate) ops: Forward,
     /// Each layer's products, as the steps of a pass name them.
     shapes: Vec<LayerShape>,
+    /// The steps of each kind of pass made so far, by (tokens, logits, first sparse layer).
+    passes: HashMap<(u32, Logits, Option<u32>), Arc<[Step]>>,
     /// QSA's budget in blocks, where decode passes attend sparsely.
     qsa: Option<u32>,
     /// The slot forward passes run on.
@@ -156,6 +159,7 @@ impl Model {
             block,
             ops,
             shapes,
+            passes: HashMap::new(),
             qsa: None,
             slot: 0,
             pos: vec![0; slots],
