@@ -6,7 +6,8 @@
 # may differ (they are generated from the records since issue 20): those kernels are
 # counted, and any other difference fails.
 #
-#   scripts/compare-generated.sh BASE_REV      # e.g. 2f4c1e0 (it must know --emit-only)
+#   scripts/compare-generated.sh BASE_REV      # e.g. a0d2a16, the commit before issue 20's
+#                                              # redesign (BASE must know --emit-only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base_rev=${1:?usage: scripts/compare-generated.sh BASE_REV}
