@@ -111,7 +111,8 @@ impl Model {
             .qsa_block()
             .ok_or_else(|| RunError::Other("the kernels have no rope_store, so no KV block size".into()))?;
         let n_blocks = n_ctx.div_ceil(block) as usize;
-        let s = Scratch::alloc(b, &mut kernels, &desc, window, n_ctx, n_blocks)?;
+        let ops = Forward::new(&desc, block);
+        let s = Scratch::alloc(b, &mut kernels, &desc, &ops, window, n_ctx, n_blocks)?;
         let (cache_bytes, summary_bytes) = Cache::sizes(&desc, n_ctx, n_blocks);
         let caches = Cache::alloc_slots(b, slots, desc.layers, cache_bytes, summary_bytes)?;
         let table = rope::table(n_ctx, desc.rope_dims, desc.rope_base);
@@ -137,7 +138,6 @@ impl Model {
         };
         // Routing takes up to MAX_WINDOW tokens a pass (and a small cache fewer).
         let window = experts.as_ref().map_or(window, |x| window.min(x.max_window).min(MAX_WINDOW));
-        let ops = Forward::new(&desc, block);
         let shapes = (0..layers.len())
             .map(|l| {
                 let pools = experts.as_ref().map(|x| (x.gate_up[l].ty, x.down[l].ty));

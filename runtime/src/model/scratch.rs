@@ -5,8 +5,9 @@
 //!
 //! Every captured step bakes these buffers in, so they never move.
 
+use strata_compiler::forward::Forward;
 use strata_compiler::model::ModelDesc;
-use strata_compiler::ops::{self, Op, RouteLayout};
+use strata_compiler::ops::RouteLayout;
 use strata_compiler::plan::{MAX_WINDOW, Tuning, rules};
 
 use crate::backend::{Backend, BufferId, RunError};
@@ -59,14 +60,12 @@ impl Scratch {
         b: &mut dyn Backend,
         kernels: &mut Kernels,
         desc: &ModelDesc,
+        forward: &Forward,
         window: u32,
         n_ctx: u32,
         n_blocks: usize,
     ) -> Result<Scratch, RunError> {
-        let splits = match kernels
-            .get(&Op::AttentionMerge(ops::AttentionMerge { heads: desc.heads, head_dim: desc.head_dim_k, q8: false }))?
-            .tuning
-        {
+        let splits = match kernels.get(&forward.merge(false))?.tuning {
             Tuning::Attention(t) => t.splits as usize,
             _ => rules::ATTENTION_SPLITS as usize,
         };
