@@ -53,6 +53,8 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("hip/prelude", include_str!("../../templates/hip/prelude.cuh")),
     ("host/prelude", include_str!("../../templates/host/prelude.cuh")),
     ("common", include_str!("../../templates/common.cuh")),
+    ("matrix/mma_sync", include_str!("../../templates/matrix/mma_sync.cuh")),
+    ("matrix/fma", include_str!("../../templates/matrix/fma.cuh")),
     ("ops/gemv", include_str!("../../templates/ops/gemv.cu.hbs")),
     ("ops/gemv_q8", include_str!("../../templates/ops/gemv_q8.cu.hbs")),
     ("ops/expert_select", include_str!("../../templates/ops/expert_select.cu.hbs")),
@@ -171,6 +173,10 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
     source.push_str(&render("types", "types", &head)?);
     source.push_str(&render(prelude, "prelude", &head)?);
     source.push_str(&render("common", "common helpers", &head)?);
+    if plan.kernels.iter().any(|k| k.op.def().uses_matrix_unit()) {
+        let unit = crate::plan::rules::matrix_unit(target).name();
+        source.push_str(&render(&format!("matrix/{unit}"), &format!("the {unit} matrix unit"), &head)?);
+    }
 
     let quants: BTreeSet<GgmlType> = plan.kernels.iter().filter_map(|k| quant_of(&k.op)).collect();
     source.push_str(&tables(&quants));

@@ -87,6 +87,9 @@ pub struct Features {
     pub wmma: bool,
     /// NVIDIA `mma.sync` tensor-core instructions.
     pub mma: bool,
+    /// AMD CDNA `V_MFMA_*` matrix instructions (wave64).
+    #[serde(default)]
+    pub mfma: bool,
     /// NVIDIA `cp.async` global-to-shared copies.
     pub cp_async: bool,
     /// NVIDIA `griddepcontrol` (sm_90 on): a kernel may start while the one before it

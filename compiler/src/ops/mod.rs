@@ -10,8 +10,10 @@ pub mod add_rmsnorm;
 pub mod argmax;
 pub mod attention;
 pub mod attention_merge;
+pub mod attention_prefill;
 pub mod embed;
 pub mod expert_gemv;
+pub mod gemm;
 pub mod gemv;
 pub mod moe_route;
 pub mod moe_sum;
@@ -31,8 +33,10 @@ pub use add_rmsnorm::AddRmsNorm;
 pub use argmax::Argmax;
 pub use attention::Attention;
 pub use attention_merge::AttentionMerge;
+pub use attention_prefill::AttentionPrefill;
 pub use embed::Embed;
 pub use expert_gemv::{ExpertGemv, ExpertInput};
+pub use gemm::Gemm;
 pub use gemv::Gemv;
 pub use moe_route::{MoeRoute, RouteLayout};
 pub use moe_sum::MoeSum;
@@ -71,6 +75,12 @@ pub trait KernelOp {
     /// The template to render, when not `ops/<kind>`.
     fn template(&self, _k: &KernelRecord) -> Option<&'static str> {
         None
+    }
+
+    /// Whether its template multiplies tiles with the target's matrix unit (then the
+    /// module carries `templates/matrix/<unit>.cuh`).
+    fn uses_matrix_unit(&self) -> bool {
+        false
     }
 
     /// Whether an output may be one of the inputs (computed in place): then no pointer
@@ -134,6 +144,8 @@ macro_rules! registry {
 registry! {
     /// A quantized matrix times a window of vectors ([`gemv`]).
     Gemv = "gemv",
+    /// A quantized matrix times a chunk's columns on the matrix unit ([`gemm`]).
+    Gemm = "gemm",
     /// Rows quantized to int8 for the int8-dot products ([`quantize_q8`]).
     QuantizeQ8 = "quantize_q8",
     /// RMS norm, or qwen3's per-head q/k norms ([`rmsnorm`]).
@@ -158,6 +170,8 @@ registry! {
     Attention = "attention",
     /// The merge of attention's splits ([`attention_merge`]).
     AttentionMerge = "attention_merge",
+    /// Causal flash attention of a prompt chunk ([`attention_prefill`]).
+    AttentionPrefill = "attention_prefill",
     /// QSA's block score bounds ([`qsa_score`]).
     QsaScore = "qsa_score",
     /// QSA's top-k block selection ([`qsa_select`]).

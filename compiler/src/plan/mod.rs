@@ -256,6 +256,25 @@ pub struct GemvQ8Tuning {
     pub table_bytes: u32,
 }
 
+/// Tiles of a [`Op::Gemm`] (see [`rules::gemm`]): a block computes `tile_rows` outputs
+/// for `tile_tokens` columns, `tile_k` input features a step, each wave 16x16 tiles on
+/// the matrix unit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemmTuning {
+    /// The matrix instructions.
+    pub unit: MatrixUnit,
+    /// Waves per block.
+    pub waves: u32,
+    /// Weight rows per block (a multiple of 16).
+    pub tile_rows: u32,
+    /// Input columns (tokens) per block (a multiple of 16).
+    pub tile_tokens: u32,
+    /// Input features per step (a multiple of 32: whole dequantized chunks).
+    pub tile_k: u32,
+    /// f16 elements padding each staged row (spreads a tile's rows over the banks).
+    pub pad: u32,
+}
+
 /// How [`Op::Attention`] splits a token's KV blocks (see [`rules::attention`]): a token
 /// reading `n` blocks uses `s0 = min(splits, ceil(n / split_blocks))` shares of
 /// `per = ceil(n / s0)` blocks, so `ceil(n / per)` splits; [`Op::AttentionMerge`] reads
@@ -277,6 +296,36 @@ impl AttentionTuning {
     }
 }
 
+/// The matrix instructions a kernel's tiles are multiplied with (see
+/// [`rules::matrix_unit`]): each has its template `templates/matrix/<unit>.cuh`, which
+/// gives `strata_mma16` (a wave's 16x16 f32 tile += A·Bᵀ over 16 f16 of k, operands in
+/// shared memory) and the tile row and column of each accumulator register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatrixUnit {
+    /// NVIDIA `mma.sync.m16n8k16` (sm_80 on).
+    MmaSync,
+    /// AMD RDNA3 `V_WMMA_F32_16X16X16_F16` (wave32); emulated exactly by the CUDA
+    /// prelude when a gfx11 kernel runs on NVIDIA.
+    Wmma,
+    /// AMD CDNA `V_MFMA_F32_16X16X16F16` (wave64).
+    Mfma,
+    /// None: fused multiply-adds in the same tiles.
+    Fma,
+}
+
+impl MatrixUnit {
+    /// Its template's name under `templates/matrix/`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MatrixUnit::MmaSync => "mma_sync",
+            MatrixUnit::Wmma => "wmma",
+            MatrixUnit::Mfma => "mfma",
+            MatrixUnit::Fma => "fma",
+        }
+    }
+}
+
 /// Per-op tuning.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -287,6 +336,8 @@ pub enum Tuning {
     GemvQ8(GemvQ8Tuning),
     /// Attention's split of the KV positions.
     Attention(AttentionTuning),
+    /// A GEMM's tiles.
+    Gemm(GemmTuning),
     /// Block-per-row or elementwise ops need only their thread count (in `Launch`).
     None {},
 }

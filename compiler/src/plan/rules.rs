@@ -5,10 +5,12 @@
 //! issue) may replace a rule's choice with a measured one; these defaults must already
 //! be good.
 
-use super::{AttentionTuning, GemvQ8Tuning, GemvTuning, Int8Dot, KernelRecord, MAX_WINDOW, Options};
+use super::{
+    AttentionTuning, GemmTuning, GemvQ8Tuning, GemvTuning, Int8Dot, KernelRecord, MAX_WINDOW, MatrixUnit, Options,
+};
 use crate::ops::Op;
 use crate::quant::GgmlType;
-use crate::target::Target;
+use crate::target::{Target, Vendor};
 
 /// Waves per block for GEMV and attention: four waves hide latency well on every
 /// shipped target while leaving room for several blocks per SM / CU.
@@ -131,6 +133,25 @@ pub fn qsa_score_lanes(head_dim: u32) -> u32 {
 /// Tokens of a window a QSA score block stages at once (see [`QSA_QUERIES`]).
 pub fn qsa_tokens_per_tile(heads: u32, kv_heads: u32) -> u32 {
     (QSA_QUERIES / (heads / kv_heads.max(1)).max(1)).clamp(1, MAX_WINDOW)
+}
+
+/// The matrix instructions of `target`'s tiled products: NVIDIA's `mma.sync`, gfx11's
+/// WMMA, CDNA's MFMA, or plain fused multiply-adds (gfx1030 has no matrix unit).
+pub fn matrix_unit(target: &Target) -> MatrixUnit {
+    let f = &target.features;
+    match target.vendor {
+        Vendor::Nvidia if f.mma => MatrixUnit::MmaSync,
+        Vendor::Amd if f.wmma && target.device.wave_size == 32 => MatrixUnit::Wmma,
+        Vendor::Amd if f.mfma && target.device.wave_size == 64 => MatrixUnit::Mfma,
+        _ => MatrixUnit::Fma,
+    }
+}
+
+/// GEMM tiles for `rows × cols` on `target`: 128 rows by 64 columns a block, 32 input
+/// features a step, four waves each taking 32 rows by 64 columns (2 x 4 tiles of 16).
+pub fn gemm(rows: u32, _cols: u32, target: &Target) -> GemmTuning {
+    let tile_rows = if rows >= 128 { 128 } else { rows.next_multiple_of(16).max(16) };
+    GemmTuning { unit: matrix_unit(target), waves: 4, tile_rows, tile_tokens: 64, tile_k: 32, pad: 8 }
 }
 
 /// The full kernel record for `op` on `target` (int8 GEMVs by the default rule).

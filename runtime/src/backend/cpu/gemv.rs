@@ -7,32 +7,39 @@ use rayon::prelude::*;
 use super::RunError;
 use super::io::{OpIo, dot};
 use strata_compiler::ops;
+use strata_compiler::quant::GgmlType;
 
 /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t < window`, rows dequantized one at a time
-/// and spread over all cores.
+/// and spread over all cores (see [`product`]).
 pub(super) fn run(op: &ops::Gemv, io: &mut OpIo) -> Result<(), RunError> {
     let ops::Gemv { quant, rows, cols, window } = *op;
-    let (rows, cols, window) = (rows as usize, cols as usize, window as usize);
-    let x = io.activations(window * cols);
-    let w = io.input("w");
+    let x = io.activations((window * cols) as usize);
+    let y = product(quant, rows, cols, io.input("w"), &x, window as usize);
+    io.output_floats("y", &y);
+    Ok(())
+}
+
+/// `y[t][r] = Σ_c W[r][c] · x[t][c]` for the `x.len() / cols` columns of `x`: the
+/// product of a GEMV window and of a GEMM alike.
+pub(super) fn product(quant: GgmlType, rows: u32, cols: u32, w: &[u8], x: &[f32], columns: usize) -> Vec<f32> {
+    let (rows, cols) = (rows as usize, cols as usize);
     let row_bytes = quant.row_bytes(cols as u64).unwrap_or(0) as usize;
-    let mut y = vec![0f32; window * rows];
     let results: Vec<Vec<f32>> = (0..rows)
         .into_par_iter()
         .map(|r| {
             let mut wr = vec![0f32; cols];
             // Rows were sized by `bind`; a dequantization error cannot occur.
             let _ = quant.dequantize(&w[r * row_bytes..(r + 1) * row_bytes], &mut wr);
-            (0..window).map(|t| dot(&wr, &x[t * cols..(t + 1) * cols])).collect()
+            (0..columns).map(|t| dot(&wr, &x[t * cols..(t + 1) * cols])).collect()
         })
         .collect();
+    let mut y = vec![0f32; columns * rows];
     for (r, column) in results.iter().enumerate() {
-        for t in 0..window {
+        for t in 0..columns {
             y[t * rows + r] = column[t];
         }
     }
-    io.output_floats("y", &y);
-    Ok(())
+    y
 }
 
 #[cfg(test)]

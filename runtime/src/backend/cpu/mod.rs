@@ -16,8 +16,10 @@ mod add_rmsnorm;
 mod argmax;
 mod attention;
 mod attention_merge;
+mod attention_prefill;
 mod embed;
 mod expert_gemv;
+mod gemm;
 mod gemv;
 mod io;
 mod moe_route;
@@ -72,6 +74,7 @@ impl Cpu {
         let io = &mut OpIo::new(spec, args, &mut self.buffers);
         match &spec.op {
             Op::Gemv(op) => gemv::run(op, io)?,
+            Op::Gemm(op) => gemm::run(op, io)?,
             Op::QuantizeQ8(op) => quantize_q8::run(op, io)?,
             Op::RmsNorm(op) => rmsnorm::run(op, io)?,
             Op::AddRmsNorm(op) => add_rmsnorm::run(op, io)?,
@@ -84,6 +87,7 @@ impl Cpu {
             Op::Embed(op) => embed::run(op, io)?,
             Op::Attention(op) => attention::run(op, io)?,
             Op::AttentionMerge(op) => attention_merge::run(op, io)?,
+            Op::AttentionPrefill(op) => attention_prefill::run(op, io)?,
             Op::QsaScore(op) => qsa_score::run(op, io)?,
             Op::QsaSelect(op) => qsa_select::run(op, io)?,
             Op::Softmax(op) => softmax::run(op, io)?,
