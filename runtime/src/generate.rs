@@ -39,11 +39,11 @@ impl Stats {
     }
 }
 
-/// Reads `tokens` into the KV cache in chunks of the model's window, leaving the last
-/// token's logits.
+/// Reads `tokens` into the KV cache in chunks of the model's widest pass, leaving the
+/// last token's logits.
 pub fn prefill(s: &mut Session, tokens: &[u32]) -> Result<(), RunError> {
-    let window = s.model.window() as usize;
-    let chunks: Vec<&[u32]> = tokens.chunks(window).collect();
+    let chunk = s.model.chunk() as usize;
+    let chunks: Vec<&[u32]> = tokens.chunks(chunk).collect();
     for (i, chunk) in chunks.iter().enumerate() {
         let last = i + 1 == chunks.len();
         s.model.forward(chunk, if last { Logits::Last } else { Logits::None })?;
@@ -114,7 +114,7 @@ pub fn score(s: &mut Session, tokens: &[u32], k: usize) -> Result<Vec<Scored>, R
     }
     s.model.reset();
     let mut out = Vec::with_capacity(tokens.len());
-    for chunk in tokens.chunks(s.model.window() as usize) {
+    for chunk in tokens.chunks(s.model.chunk() as usize) {
         s.model.forward(chunk, Logits::All)?;
         let logits = s.model.logits(chunk.len() as u32)?;
         let vocab = s.model.desc.vocab as usize;
@@ -142,7 +142,7 @@ pub fn perplexity(s: &mut Session, tokens: &[u32], ctx: usize) -> Result<(f64, u
     for window in tokens.chunks_exact(ctx) {
         s.model.reset();
         let mut at = 0;
-        for chunk in window.chunks(s.model.window() as usize) {
+        for chunk in window.chunks(s.model.chunk() as usize) {
             s.model.forward(chunk, Logits::All)?;
             let logits = s.model.logits(chunk.len() as u32)?;
             for i in 0..chunk.len() {

@@ -57,8 +57,9 @@ pub struct OpenOptions {
     pub artifacts: Option<PathBuf>,
     /// Context length; the pack's training context when absent.
     pub ctx: Option<u32>,
-    /// Prefill chunk: tokens per forward pass while reading a prompt (capped by the
-    /// largest compiled window on a GPU).
+    /// Prefill chunk: tokens per forward pass while reading a prompt (GEMMs on the
+    /// matrix units where wider than the verify window; a mixture of experts reads its
+    /// prompt in verify-window passes).
     pub prefill: u32,
     /// Self-test policy.
     pub selftest: SelfTest,
@@ -91,7 +92,7 @@ impl Default for OpenOptions {
             device: None,
             artifacts: None,
             ctx: None,
-            prefill: 64,
+            prefill: 512,
             selftest: SelfTest::Auto,
             deadline: Duration::from_secs(10),
             startup_timeout: Duration::from_secs(300),
@@ -277,11 +278,15 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
     let device = backend.info();
     report(Event::Device(&device));
     let n_ctx = opts.ctx.unwrap_or(desc.context).max(1);
-    // One pass takes a prefill chunk or a verify window, whichever is wider.
-    let wanted = opts.prefill.max(opts.spec.window).max(1);
+    // GEMV windows up to the verify window (compiled, on a GPU); prompt chunks of
+    // --prefill tokens beside them. A mixture of experts reads its prompt in windows.
     let (kernels, window, art) = if device.backend == "cpu" {
         let target = Target::load("sm_90").map_err(|e| RunError::Other(e.to_string()))?;
-        (Kernels::planned(target, opts.int8).with_qsa_block(opts.qsa.block), wanted, None)
+        let window = match desc.experts {
+            Some(_) => opts.prefill.max(opts.spec.window),
+            None => opts.spec.window,
+        };
+        (Kernels::planned(target, opts.int8).with_qsa_block(opts.qsa.block), window.max(1), None)
     } else {
         let art = prepare_device(&pack, backend.as_mut(), opts, report)?;
         let compiled = art.manifest.options.verify_window.clamp(1, MAX_WINDOW);
@@ -295,12 +300,13 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
             )));
         }
         let kernels = Kernels::compiled(art.manifest.kernels.iter().map(|k| k.kernel.clone()));
-        (kernels, wanted.min(compiled), Some(art))
+        (kernels, compiled, Some(art))
     };
     report(Event::Stage("upload"));
-    let mut model = Model::load(&pack, backend, kernels, n_ctx, window, opts.slots, &opts.experts, &mut |d, t| {
-        report(Event::Upload(d, t))
-    })?;
+    let mut model =
+        Model::load(&pack, backend, kernels, n_ctx, window, opts.prefill, opts.slots, &opts.experts, &mut |d, t| {
+            report(Event::Upload(d, t))
+        })?;
     if let Some(p) = model.expert_placement() {
         report(Event::Experts(p));
         if opts.spec.enabled() && model.window() < opts.spec.window {

@@ -92,8 +92,9 @@ impl Backend for Recorder {
     }
 }
 
-/// The launches of a prefill, a decode step, a verify window and, past a small QSA
-/// budget, a sparse decode step of `preset` with `weights`, planned for sm_90.
+/// The launches of a prefill window, a prompt chunk (dense packs), a decode step, a
+/// verify window and, past a small QSA budget, a sparse decode step of `preset` with
+/// `weights`, planned for sm_90.
 fn trace(preset: Preset, weights: &[GgmlType], int8: Int8Dot, experts: ExpertOptions) -> String {
     trace_pack(synthetic_pack(preset, 2, weights), int8, experts)
 }
@@ -110,8 +111,9 @@ fn trace_pack(bytes: Vec<u8>, int8: Int8Dot, experts: ExpertOptions) -> String {
     let plan = plan::plan(&desc, &pack, &target, &options).expect("plans");
     let log = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
     let backend = Box::new(Recorder { cpu: Cpu::new(), log: log.clone() });
-    let mut model = Model::load(&pack, backend, Kernels::compiled(plan.kernels), 128, 4, 1, &experts, &mut |_, _| {})
-        .expect("loads");
+    let mut model =
+        Model::load(&pack, backend, Kernels::compiled(plan.kernels), 128, 4, 6, 1, &experts, &mut |_, _| {})
+            .expect("loads");
     log.borrow_mut().clear();
     let section = |log: &std::rc::Rc<std::cell::RefCell<String>>, title: &str| {
         let _ = writeln!(log.borrow_mut(), "== {title}");
@@ -120,6 +122,10 @@ fn trace_pack(bytes: Vec<u8>, int8: Int8Dot, experts: ExpertOptions) -> String {
     let w = model.window().min(3) as usize;
     section(&log, &format!("prefill of {w}, last logits"));
     model.forward(&[5, 6, 7][..w], Logits::Last).expect("prefill");
+    if model.chunk() > model.window() {
+        section(&log, "prompt chunk of 6 on the matrix units, last logits");
+        model.forward(&[1, 2, 3, 4, 5, 6], Logits::Last).expect("prefill");
+    }
     section(&log, "decode step");
     model.decode_greedy(8).expect("decodes");
     section(&log, &format!("verify window of {w}"));

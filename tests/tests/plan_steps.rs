@@ -48,10 +48,13 @@ fn check(bytes: Vec<u8>, target: &str, int8: Int8Dot) {
     let output = matrix("output.weight").or_else(|| matrix("token_embd.weight")).expect("an output");
     let embedding = pack.tensor("token_embd.weight").expect("an embedding").ty;
     let mut launched = BTreeSet::new();
-    for tokens in 1..=16 {
-        for sparse_from in [None, Some(1)] {
+    // Windows of GEMVs, and prompt chunks on the matrix units (dense packs).
+    let chunks: &[u32] = if desc.experts.is_none() { &[17, 512] } else { &[] };
+    for tokens in (1..=16).chain(chunks.iter().copied()) {
+        let gemm = tokens > 16;
+        for sparse_from in [None, Some(1)].into_iter().filter(|s| !gemm || s.is_none()) {
             for logits in [Logits::None, Logits::Last, Logits::All] {
-                let pass = Pass { tokens, logits, sparse_from, layers: &layers, output, embedding };
+                let pass = Pass { tokens, logits, sparse_from, layers: &layers, output, embedding, gemm };
                 for step in forward.steps(&pass, &mut Planned(&plan.kernels)) {
                     if let Step::Launch { op, .. } = step {
                         launched.insert(op.kernel_name());

@@ -56,3 +56,34 @@ fn rows_match_the_outside_reference_bit_for_bit() {
     let expected: Vec<u8> = fixture_rows("blk.0.attn_q.weight").iter().flat_map(|v| v.to_le_bytes()).collect();
     assert_eq!(&out[..expected.len()], &expected[..]);
 }
+
+/// Prompts read in chunks of 1 (GEMV windows), 7, 64 and 512 tokens (GEMMs and the
+/// prefill attention) give the same greedy text on the CPU backend.
+#[test]
+fn greedy_text_is_the_same_for_every_prefill_chunk() {
+    use strata_runtime::generate;
+    use strata_runtime::sampler::{Sampler, SamplerConfig};
+    use strata_runtime::session::{self, BackendChoice, OpenOptions};
+    let Some(model) = strata_tests::smollm2() else { return };
+    let prompt = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n        return n\n    \
+                  return fibonacci(n - 1) + fibonacci(n - 2)\n\n\ndef factorial(n):\n    \"\"\"Return n factorial, \
+                  computed iteratively so that large inputs do not overflow the stack.\"\"\"\n";
+    let mut texts = Vec::new();
+    for prefill in [1, 7, 64, 512] {
+        let opts = OpenOptions { backend: BackendChoice::Cpu, ctx: Some(256), prefill, ..OpenOptions::default() };
+        let mut s = session::open(&model, &opts, &mut |_| {}).expect("opens on the CPU");
+        assert_eq!(s.model.chunk(), prefill, "prompt chunks of --prefill");
+        let ids = s.tokenizer.encode(prompt, true);
+        assert!(ids.len() > 64, "the prompt spans several chunks of 64 ({} tokens)", ids.len());
+        let mut out = Vec::new();
+        generate::generate(&mut s, &ids, 8, true, &mut Sampler::new(SamplerConfig::greedy()), &mut |_, t| {
+            out.push(t);
+            true
+        })
+        .expect("generates");
+        texts.push((prefill, s.tokenizer.decode(&out)));
+    }
+    for (prefill, text) in &texts[1..] {
+        assert_eq!(text, &texts[0].1, "prefill {prefill} against prefill 1");
+    }
+}

@@ -69,6 +69,10 @@ struct CompileArgs {
     /// attention's selection (default: the target's, 16).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     qsa_block: Option<u32>,
+    /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
+    /// attention): prompts are then read in verify-window passes.
+    #[arg(long)]
+    no_prefill: bool,
     /// Plan, render and check only, with no toolchain: write the module source and the
     /// kernel records (`plan.toml`) to --out instead of artifacts (reading kernels;
     /// `scripts/compare-generated.sh`).
@@ -244,6 +248,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         int8: args.int8,
         q8_rows: args.q8_rows,
         qsa_block: args.qsa_block,
+        prefill: !args.no_prefill,
     };
     let request = Request {
         pack: &pack,

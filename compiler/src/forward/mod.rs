@@ -122,6 +122,17 @@ impl Forward {
         ops::Gemv { quant: w.quant, rows: w.rows, cols: w.cols, window }.into()
     }
 
+    /// A product of a prompt chunk's columns (their count a runtime scalar) with `w`.
+    pub fn gemm(&self, w: Matrix) -> Op {
+        ops::Gemm { quant: w.quant, rows: w.rows, cols: w.cols }.into()
+    }
+
+    /// Causal attention of a prompt chunk over the cache (no splits to merge).
+    pub fn attention_prefill(&self) -> Op {
+        let (heads, kv_heads, head_dim) = (self.heads, self.kv_heads, self.head_dim);
+        ops::AttentionPrefill { heads, kv_heads, head_dim, scale: self.attention_scale() }.into()
+    }
+
     /// The token embedding rows of a `quant` table.
     pub fn embed(&self, quant: GgmlType) -> Op {
         ops::Embed { quant, cols: self.embd, vocab: self.vocab }.into()

@@ -248,6 +248,10 @@ pub struct Pass<'a> {
     pub output: Matrix,
     /// The embedding table's type.
     pub embedding: GgmlType,
+    /// A prompt chunk on the matrix units: its products of more than one column are
+    /// GEMMs and its attention is the prefill kernel's; otherwise GEMV windows and
+    /// split decode attention.
+    pub gemm: bool,
 }
 
 fn at(buf: Buf) -> At {
@@ -259,6 +263,7 @@ struct Walk<'f, 'k> {
     f: &'f Forward,
     k: &'k mut dyn Compiled,
     steps: Vec<Step>,
+    gemm: bool,
 }
 
 impl Walk<'_, '_> {
@@ -266,8 +271,13 @@ impl Walk<'_, '_> {
         self.steps.push(Step::Launch { op, args: args.to_vec(), scalars: scalars.to_vec() });
     }
 
+    /// The product of `window` columns with `m`: a GEMM in a chunk on the matrix units.
+    fn product(&self, m: Matrix, window: u32) -> Op {
+        if self.gemm && window > 1 { self.f.gemm(m) } else { self.f.product(m, window) }
+    }
+
     fn int8(&mut self, m: Matrix, window: u32) -> bool {
-        let op = self.f.product(m, window);
+        let op = self.product(m, window);
         self.k.int8(&op)
     }
 
@@ -289,10 +299,13 @@ impl Walk<'_, '_> {
             self.launch(quantize, &[("x", x), ("xq", xq), ("xd", xd)], &[("rows", Value::Count(window))]);
         }
         for ((w, m, y), int8) in products.iter().zip(int8) {
-            let op = self.f.product(*m, window);
-            match int8 {
-                true => self.launch(op, &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y)], &[]),
-                false => self.launch(op, &[("w", *w), ("x", x), ("y", *y)], &[]),
+            let op = self.product(*m, window);
+            match (int8, &op) {
+                (true, _) => self.launch(op, &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y)], &[]),
+                (false, Op::Gemm(_)) => {
+                    self.launch(op, &[("w", *w), ("x", x), ("y", *y)], &[("tokens", Value::Count(window))])
+                }
+                (false, _) => self.launch(op, &[("w", *w), ("x", x), ("y", *y)], &[]),
             }
         }
     }
@@ -319,6 +332,12 @@ impl Walk<'_, '_> {
     /// A layer's attention up to its merged output: dense, or over QSA's selection.
     fn attention(&mut self, l: u32, q: At, t: u32, sparse: bool) {
         let tokens = ("tokens", Value::Count(t));
+        if self.gemm {
+            let (k, v) = (at(Buf::KCache(l)), at(Buf::VCache(l)));
+            let args = [("q", q), ("k_cache", k), ("v_cache", v), ("out", at(Buf::AttnOut)), ("pos", at(Buf::Pos))];
+            self.launch(self.f.attention_prefill(), &args, &[tokens, ("n_ctx", Value::Ctx)]);
+            return;
+        }
         let (pos, blocks) = (("pos", at(Buf::Pos)), ("n_blocks", Value::Blocks));
         let mut args = vec![
             ("q", q),
@@ -438,7 +457,7 @@ fn ffn_inputs(ly: &LayerShape, t: u32) -> Vec<Matrix> {
 impl Forward {
     /// Every step of `pass`, in launch order.
     pub fn steps(&self, pass: &Pass<'_>, compiled: &mut dyn Compiled) -> Vec<Step> {
-        let mut w = Walk { f: self, k: compiled, steps: Vec::new() };
+        let mut w = Walk { f: self, k: compiled, steps: Vec::new(), gemm: pass.gemm };
         let t = pass.tokens;
         let (qd, kd) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
         let count = Value::Count;
@@ -506,13 +525,17 @@ impl Forward {
             let sizes = [("tokens", count(t)), ("n_ctx", Value::Ctx), ("n_blocks", Value::Blocks)];
             w.launch(self.rope_store(), &store, &sizes);
             w.attention(l, q, t, pass.sparse_from.is_some_and(|first| l >= first));
-            // The merge quantizes its output where the output projection reads int8.
-            let merge_q8 = w.fuse_q8(&self.merge(true), &[ly.o], t);
-            let mut args = vec![("partial", at(Buf::Partial)), ("splits", at(Buf::Splits)), ("out", at(Buf::AttnOut))];
-            if merge_q8 {
-                args.extend([("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales))]);
+            // The merge of the splits (none in a chunk's attention) quantizes its output
+            // where the output projection reads int8.
+            let merge_q8 = !pass.gemm && w.fuse_q8(&self.merge(true), &[ly.o], t);
+            if !pass.gemm {
+                let (partial, splits) = (("partial", at(Buf::Partial)), ("splits", at(Buf::Splits)));
+                let mut args = vec![partial, splits, ("out", at(Buf::AttnOut))];
+                if merge_q8 {
+                    args.extend([("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales))]);
+                }
+                w.launch(self.merge(merge_q8), &args, &[("tokens", count(t))]);
             }
-            w.launch(self.merge(merge_q8), &args, &[("tokens", count(t))]);
             w.products(at(Buf::AttnOut), t, &[(layer(l, Weight::O), ly.o, at(Buf::Proj))], merge_q8);
             let ffn_norm = Buf::Layer(l, Weight::FfnNorm);
             h_q8 = w.add_norm(residual(cur), Some(Buf::Proj), ffn_norm, residual(1 - cur), t, &ffn_inputs(ly, t));

@@ -46,11 +46,23 @@ pub struct Options {
     /// the granularity of the key summaries and of sparse attention's selection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qsa_block: Option<u32>,
+    /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
+    /// of a dense pack; without them prompts are read in verify-window passes.
+    #[serde(default)]
+    pub prefill: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { verify_window: 4, checked: false, fault: None, int8: Int8Dot::Auto, q8_rows: None, qsa_block: None }
+        Options {
+            verify_window: 4,
+            checked: false,
+            fault: None,
+            int8: Int8Dot::Auto,
+            q8_rows: None,
+            qsa_block: None,
+            prefill: true,
+        }
     }
 }
 
@@ -418,8 +430,12 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     }
     let max_window = options.verify_window.max(1);
     let mut ops = Vec::new();
+    // Prompt chunks of a dense pack run on the matrix units (a mixture of experts reads
+    // its prompt in windows: its routing and expert products take at most MAX_WINDOW).
+    let prefill = options.prefill && model.experts.is_none();
 
-    // Matrix products: one GEMV per distinct (type, rows, cols), for every window.
+    // Matrix products: one GEMV per distinct (type, rows, cols), for every window, and
+    // the GEMM of prompt chunks.
     for expected in model.expected_tensors() {
         let Some(t) = pack.tensor(&expected.name) else { continue };
         let gemv_role = matches!(expected.role, Role::Linear | Role::Output | Role::Router);
@@ -435,6 +451,9 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
             });
         }
         ops.extend((1..=max_window).map(|window| Op::Gemv(ops::Gemv { quant: t.ty, rows, cols, window })));
+        if prefill {
+            ops.push(Op::Gemm(ops::Gemm { quant: t.ty, rows, cols }));
+        }
     }
 
     // Decode (window 1) fuses the projections that read the same input: Q, K and V in
@@ -476,6 +495,9 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         forward.argmax(),
         forward.silu_mul(false),
     ]);
+    if prefill {
+        ops.push(forward.attention_prefill());
+    }
     ops.extend(forward.head_norm());
     ops.extend(forward.qk_norm());
     ops.extend(forward.biases().into_iter().flatten());

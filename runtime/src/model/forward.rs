@@ -67,6 +67,7 @@ impl Model {
                     layers: &self.shapes,
                     output: self.output.matrix(),
                     embedding: self.embed.ty,
+                    gemm: t > self.window,
                 };
                 let steps: Arc<[Step]> = self.ops.steps(&pass, &mut self.kernels).into();
                 self.passes.insert((t, logits, sparse_from), steps.clone());

@@ -57,6 +57,9 @@ pub struct Model {
     pub(crate) s: Scratch,
     pub(crate) n_ctx: u32,
     window: u32,
+    /// Tokens of a prompt chunk: on the matrix units where the prefill kernels exist
+    /// and it is wider than `window`; else the widest window.
+    chunk: u32,
     /// Per sequence slot, per layer: the KV cache.
     pub(crate) caches: Vec<Vec<Cache>>,
     /// KV positions per block of the key summaries (and of QSA's selection).
@@ -85,9 +88,10 @@ pub struct Model {
 impl Model {
     /// Uploads the pack's weights to `backend` and allocates `slots` KV caches (one per
     /// concurrent sequence) of `n_ctx` positions and scratch for windows of up to
-    /// `window` tokens (fewer where an expert cache holds only narrower passes' experts);
-    /// `expert_options` place a mixture-of-experts pack's experts. `progress` sees bytes
-    /// uploaded and the total.
+    /// `window` tokens (fewer where an expert cache holds only narrower passes' experts)
+    /// and prompt chunks of up to `prefill` tokens (where the kernels have the prefill
+    /// ops); `expert_options` place a mixture-of-experts pack's experts. `progress` sees
+    /// bytes uploaded and the total.
     #[allow(clippy::too_many_arguments)]
     pub fn load(
         pack: &Pack,
@@ -95,6 +99,7 @@ impl Model {
         mut kernels: Kernels,
         n_ctx: u32,
         window: u32,
+        prefill: u32,
         slots: usize,
         expert_options: &ExpertOptions,
         progress: &mut dyn FnMut(u64, u64),
@@ -112,7 +117,11 @@ impl Model {
             .ok_or_else(|| RunError::Other("the kernels have no rope_store, so no KV block size".into()))?;
         let n_blocks = n_ctx.div_ceil(block) as usize;
         let ops = Forward::new(&desc, block);
-        let s = Scratch::alloc(b, &mut kernels, &desc, &ops, window, n_ctx, n_blocks)?;
+        let chunk = match desc.experts.is_none() && kernels.has(&ops.attention_prefill()) {
+            true => prefill.max(1),
+            false => window,
+        };
+        let s = Scratch::alloc(b, &mut kernels, &desc, &ops, window, chunk, n_ctx, n_blocks)?;
         let (cache_bytes, summary_bytes) = Cache::sizes(&desc, n_ctx, n_blocks);
         let caches = Cache::alloc_slots(b, slots, desc.layers, cache_bytes, summary_bytes)?;
         let table = rope::table(n_ctx, desc.rope_dims, desc.rope_base);
@@ -138,6 +147,7 @@ impl Model {
         };
         // Routing takes up to MAX_WINDOW tokens a pass (and a small cache fewer).
         let window = experts.as_ref().map_or(window, |x| window.min(x.max_window).min(MAX_WINDOW));
+        let chunk = if experts.is_some() { window } else { chunk };
         let shapes = (0..layers.len())
             .map(|l| {
                 let pools = experts.as_ref().map(|x| (x.gate_up[l].ty, x.down[l].ty));
@@ -155,6 +165,7 @@ impl Model {
             s,
             n_ctx,
             window,
+            chunk,
             caches,
             block,
             ops,
@@ -212,9 +223,15 @@ impl Model {
         Ok(())
     }
 
-    /// Largest window a single forward pass takes.
+    /// Largest window of GEMV products (a verify window; a decode step is 1).
     pub fn window(&self) -> u32 {
         self.window
+    }
+
+    /// Tokens of a prompt chunk, whose products run on the matrix units when it is
+    /// wider than [`Model::window`].
+    pub fn chunk(&self) -> u32 {
+        self.chunk
     }
 
     /// The backend (for device information and synchronization).
@@ -226,8 +243,9 @@ impl Model {
     fn room(&self, t: usize) -> Result<u32, RunError> {
         let pos = self.pos[self.slot];
         let t = u32::try_from(t).unwrap_or(u32::MAX);
-        if t == 0 || t > self.window {
-            return Err(RunError::Other(format!("a forward pass takes 1 to {} tokens, not {t}", self.window)));
+        let most = self.chunk.max(self.window);
+        if t == 0 || t > most {
+            return Err(RunError::Other(format!("a forward pass takes 1 to {most} tokens, not {t}")));
         }
         if pos.saturating_add(t) > self.n_ctx {
             return Err(RunError::Other(format!(
@@ -245,8 +263,8 @@ impl Model {
         self.backend.write(self.s.pos, 0, &(self.pos[self.slot] as i32).to_le_bytes())
     }
 
-    /// Runs `tokens` (at most [`Model::window`]) at the next positions and leaves the
-    /// asked-for logits in the logits buffer.
+    /// Runs `tokens` (at most the wider of [`Model::chunk`] and [`Model::window`]) at
+    /// the next positions and leaves the asked-for logits in the logits buffer.
     pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<(), RunError> {
         let t = self.room(tokens.len())?;
         self.upload_ids(tokens)?;

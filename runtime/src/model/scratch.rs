@@ -53,7 +53,9 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    /// Allocates scratch for windows of `window` tokens of `desc`, a context of `n_ctx`
+    /// Allocates scratch for windows of `window` tokens of `desc` and prompt chunks of
+    /// `chunk` (the token-wide buffers and the logits; split attention's states, the int8
+    /// quants and the routing serve windows only), a context of `n_ctx`
     /// positions in `n_blocks` KV blocks, and as many attention splits as the compiled
     /// merge takes.
     pub(super) fn alloc(
@@ -62,6 +64,7 @@ impl Scratch {
         desc: &ModelDesc,
         forward: &Forward,
         window: u32,
+        chunk: u32,
         n_ctx: u32,
         n_blocks: usize,
     ) -> Result<Scratch, RunError> {
@@ -69,7 +72,7 @@ impl Scratch {
             Tuning::Attention(t) => t.splits as usize,
             _ => rules::ATTENTION_SPLITS as usize,
         };
-        let w = window as usize;
+        let (w, c) = (window as usize, chunk.max(window) as usize);
         let kv_width = (desc.kv_heads * desc.head_dim_k) as usize;
         let f32s = |b: &mut dyn Backend, n: usize| b.alloc(n * 4);
         let (e, qd, kd, ffn) =
@@ -80,25 +83,25 @@ impl Scratch {
         let route_len = RouteLayout::new(n_experts as u32, used as u32).len() as usize;
         let widest = [e, qd, ffn, used * effn].into_iter().max().unwrap_or(0);
         Ok(Scratch {
-            x: [f32s(b, w * e)?, f32s(b, w * e)?],
-            h: f32s(b, w * e)?,
-            q: f32s(b, w * qd)?,
-            k: f32s(b, w * kd)?,
-            v: f32s(b, w * kd)?,
+            x: [f32s(b, c * e)?, f32s(b, c * e)?],
+            h: f32s(b, c * e)?,
+            q: f32s(b, c * qd)?,
+            k: f32s(b, c * kd)?,
+            v: f32s(b, c * kd)?,
             qkv: f32s(b, qd + 2 * kd)?,
-            qkn: f32s(b, w * (qd + kd))?,
-            attn: f32s(b, w * qd)?,
-            proj: f32s(b, w * e)?,
-            gate: f32s(b, w * ffn)?,
-            up: f32s(b, w * ffn)?,
+            qkn: f32s(b, c * (qd + kd))?,
+            attn: f32s(b, c * qd)?,
+            proj: f32s(b, c * e)?,
+            gate: f32s(b, c * ffn)?,
+            up: f32s(b, c * ffn)?,
             gate_up: f32s(b, 2 * ffn)?,
-            act: f32s(b, w * ffn.max(used * effn))?,
+            act: f32s(b, c * ffn.max(used * effn))?,
             xq: b.alloc(w * widest)?,
             xd: f32s(b, w * widest / 16)?,
-            logits: f32s(b, w * desc.vocab as usize)?,
-            ids: f32s(b, w)?,
+            logits: f32s(b, c * desc.vocab as usize)?,
+            ids: f32s(b, c)?,
             pos: f32s(b, 1)?,
-            next: f32s(b, w)?,
+            next: f32s(b, c)?,
             cos_sin: f32s(b, n_ctx as usize * desc.rope_dims as usize)?,
             partial: f32s(b, w * desc.heads as usize * splits * (desc.head_dim_k as usize + 2))?,
             splits: f32s(b, w * desc.heads as usize)?,

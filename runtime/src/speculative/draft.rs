@@ -67,7 +67,7 @@ impl DraftModel {
         if max == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        for chunk in history[common..history.len() - 1].chunks(model.window() as usize) {
+        for chunk in history[common..history.len() - 1].chunks(model.chunk() as usize) {
             model.forward(chunk, Logits::None)?;
             fed.extend_from_slice(chunk);
         }

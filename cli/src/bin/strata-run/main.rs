@@ -95,7 +95,8 @@ enum Command {
     Bench {
         #[command(flatten)]
         open: OpenArgs,
-        /// Prompt tokens.
+        /// Prompt tokens, read in chunks of --prefill (its time, to the first token's
+        /// argmax, is also printed as ttft).
         #[arg(short = 'p', long, default_value_t = 512)]
         prompt_tokens: usize,
         /// Decoded tokens.
@@ -178,8 +179,9 @@ struct OpenArgs {
     /// Context length (default: the pack's).
     #[arg(long)]
     ctx: Option<u32>,
-    /// Tokens per prefill pass (capped by the largest compiled window on a GPU).
-    #[arg(long, default_value_t = 64)]
+    /// Tokens per prompt pass: GEMMs on the matrix units where wider than the verify
+    /// window (a mixture of experts reads its prompt in verify-window passes).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=65_535))]
     prefill: u32,
     /// Seconds a kernel may run before it is reported as a hang.
     #[arg(long, default_value_t = 10.0)]
@@ -467,10 +469,13 @@ fn run(cli: Cli) -> Result<()> {
                     s.model.window()
                 );
             } else {
+                // The prompt's time includes the argmax of its last token: time to first token.
+                let ttft = prompt_tokens as f64 / pp * 1e3;
                 println!(
-                    "pp{prompt_tokens} {pp:.1} t/s  tg{gen_tokens} {tg:.1} t/s  ({}, window {}{qsa})",
+                    "pp{prompt_tokens} {pp:.1} t/s (ttft {ttft:.1} ms)  tg{gen_tokens} {tg:.1} t/s  ({}, window {}, chunk {}{qsa})",
                     s.device.name,
-                    s.model.window()
+                    s.model.window(),
+                    s.model.chunk()
                 );
             }
             if let (Some(st), Some(p)) = (experts, s.model.expert_placement()) {

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Prompt processing on the matrix units beside llama.cpp, on the device machine, in one
+# run: for each Llama-8B-shape pack prepared by `ONLY=... scripts/prepare-bench.sh`
+# (artifacts in .device/bench/<pack>), the self-test of its kernels (GEMMs and the
+# prefill attention included), then ppN for each N of PP (default "512 4096") with the
+# time to first token, beside llama-bench's ppN in the same run, and each GEMM alone
+# (bench --kernels: TFLOP/s against the peak measured in the same run). TTFT=N also
+# times an N-token prompt (to the first token) on the Q4_0 pack. Prints a table last.
+#
+# Needs .device/bin, .device/bench/<pack>/ and llama-bench (scripts/device/llama-bench.sh:
+# .peer/llama.cpp.tar.gz or .peer/llama-bench.xz.part-*). PEER=0 skips llama.cpp;
+# ONLY=REGEX runs only the packs whose names match.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/device/bench-packs.sh
+bin=.device/bin
+packs=${PACKS:-/tmp/strata-packs}
+out=${OUT:-/tmp}/prefill
+mkdir -p "$packs" "$out"
+export STRATA_CACHE=/tmp/strata-cache
+pps=${PP:-512 4096}
+peer=()
+if [ "${PEER:-1}" != 0 ]; then
+    EXPORT_DIR=${OUT:-/tmp}/peer bash scripts/device/llama-bench.sh || { echo "no llama-bench"; exit 1; }
+    peer=(--llama-bench /tmp/llb/bin/llama-bench)
+fi
+summary=()
+while read -r name preset types layers; do
+    art=.device/bench/$name
+    [ -d "$art" ] || continue
+    [ -n "${ONLY:-}" ] && ! [[ "$name" =~ $ONLY ]] && continue
+    pack=$packs/$name.gguf
+    synth_bench_pack "$bin/strata-compile" "$packs" "$name" "$preset" "$types" "$layers"
+    echo "== $name"
+    if $bin/strata-run selftest --pack "$pack" --artifacts "$art" --ctx 256 >"$out/$name-selftest.txt" 2>&1; then
+        summary+=("$name|self-test PASS ($(grep -c ' ok ' "$out/$name-selftest.txt") kernels)")
+    else
+        summary+=("$name|self-test FAIL")
+        tail -5 "$out/$name-selftest.txt"
+        continue
+    fi
+    first=1
+    for pp in $pps; do
+        kernels=()
+        [ $first = 1 ] && kernels=(--kernels)
+        $bin/strata-run bench --pack "$pack" --artifacts "$art" --ctx $((pp + 256)) -p "$pp" -n 16 -r 3 \
+            "${kernels[@]}" "${peer[@]}" 2>&1 | tee "$out/$name-pp$pp.txt"
+        first=0
+        line=$(grep -o "pp$pp [0-9.]* t/s (ttft [0-9.]* ms)" "$out/$name-pp$pp.txt" | head -1)
+        peer_line=$(grep -o "llama.cpp pp$pp [0-9.]* t/s" "$out/$name-pp$pp.txt" | head -1)
+        ratio=$(grep -o "ratio strata/llama.cpp: pp [0-9.]*x" "$out/$name-pp$pp.txt" | grep -o "[0-9.]*x")
+        summary+=("$name|$line|$peer_line|$ratio")
+    done
+    if [ -n "${TTFT:-}" ] && [[ "$name" =~ Q4_0 ]]; then
+        $bin/strata-run bench --pack "$pack" --artifacts "$art" --ctx $((TTFT + 256)) -p "$TTFT" -n 1 -r 1 \
+            2>&1 | tee "$out/$name-ttft.txt"
+        summary+=("$name|$(grep -o "pp$TTFT [0-9.]* t/s (ttft [0-9.]* ms)" "$out/$name-ttft.txt" | head -1)")
+    fi
+    rm -f "$pack"
+done < <(bench_packs)
+echo
+echo "== GEMM kernels (tokens 512)"
+grep -h -E "^(peak|gemm_)" "$out"/*-pp*.txt | sort -u
+echo
+echo "== prompt processing beside llama.cpp"
+printf '%s\n' "${summary[@]}" | column -t -s '|'
