@@ -58,6 +58,7 @@ impl Scratch {
     /// quants and the routing serve windows only), a context of `n_ctx`
     /// positions in `n_blocks` KV blocks, and as many attention splits as the compiled
     /// merge takes.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn alloc(
         b: &mut dyn Backend,
         kernels: &mut Kernels,
