@@ -60,10 +60,13 @@ export STRATA_CACHE=/tmp/strata-cache
 if [ -f "$model" ]; then
     qwen3="$dev/packs/qwen3.gguf"
     for case in "smollm2 sm_90" "qwen3 sm_90" "smollm2 gfx1100-on-sm_90" "qwen3 gfx1100-on-sm_90" \
-        "mix-a-int8 sm_90" "mix-a-int8 gfx1100-on-sm_90"; do
+        "mix-a-int8 sm_90" "mix-a-int8 gfx1100-on-sm_90" "mix-a sm_90" "mix-a gfx1100-on-sm_90" \
+        "mix-c sm_90" "mix-c gfx1100-on-sm_90"; do
         set -- $case
         pack=$model; [ "$1" = qwen3 ] && pack=$qwen3; [ "$1" = mix-a-int8 ] && pack=$dev/packs/mix-a.gguf
-        if "$run" selftest --pack "$pack" --artifacts "$dev/art-run/$1-$2" >"$OUT/selftest-$1-$2.txt" 2>&1; then
+        [[ "$1" = mix-[ac] ]] && pack=$dev/packs/$1.gguf
+        dir=$dev/art-run/$1-$2; [[ "$1" = mix-[ac] ]] && dir=$dev/art/$1-${2%-on-sm_90}
+        if "$run" selftest --pack "$pack" --artifacts "$dir" >"$OUT/selftest-$1-$2.txt" 2>&1; then
             record "self-test $1 $2 ($(grep -c ' ok ' "$OUT/selftest-$1-$2.txt") kernels)" PASS
         else
             record "self-test $1 $2" FAIL; tail -3 "$OUT/selftest-$1-$2.txt"

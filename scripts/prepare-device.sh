@@ -23,7 +23,10 @@ $sc synth --preset tiny-llama --type IQ1_M,IQ2_XS,IQ3_XXS,IQ3_S,Q4_0,Q4_1,Q8_0,Q
     --out "$dev/packs/mix-a.gguf" --seed 1 >/dev/null
 $sc synth --preset tiny-qwen3moe --type Q5_0,Q5_1,Q2_K,Q3_K,Q5_K,IQ2_XXS,IQ2_S,IQ1_S,IQ4_NL,IQ4_XS,F16,BF16,F32 \
     --embd-type Q4_K --out "$dev/packs/mix-b.gguf" --seed 2 >/dev/null
-for p in mix-a mix-b; do
+# mix-b's types in a dense pack: its prompt-chunk GEMMs (a mixture of experts has none).
+$sc synth --preset tiny-llama --type Q5_0,Q5_1,Q2_K,Q3_K,Q5_K,IQ2_XXS,IQ2_S,IQ1_S,IQ4_NL,IQ4_XS,F16,BF16,F32 \
+    --embd-type Q4_K --out "$dev/packs/mix-c.gguf" --seed 4 >/dev/null
+for p in mix-a mix-b mix-c; do
     for spec in "sm_90" "gfx1100 --run-on sm_90"; do
         set -- $spec
         name="$p-$1"
