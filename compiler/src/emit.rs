@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::digest::sha256_hex;
 use crate::ops::{self, Op};
-use crate::plan::{ERROR_BUFFER, Elem, Fault, KernelRecord, Plan, rules};
+use crate::plan::{ERROR_BUFFER, Elem, Fault, KernelRecord, MatrixUnit, Plan, rules};
 use crate::quant::{GgmlType, grids};
 use crate::target::{Target, Vendor};
 
@@ -55,6 +55,9 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("common", include_str!("../../templates/common.cuh")),
     ("matrix/mma_sync", include_str!("../../templates/matrix/mma_sync.cuh")),
     ("matrix/fma", include_str!("../../templates/matrix/fma.cuh")),
+    ("matrix/wmma", include_str!("../../templates/matrix/wmma.cuh")),
+    ("matrix/mfma", include_str!("../../templates/matrix/mfma.cuh")),
+    ("ops/gemm", include_str!("../../templates/ops/gemm.cu.hbs")),
     ("ops/gemv", include_str!("../../templates/ops/gemv.cu.hbs")),
     ("ops/gemv_q8", include_str!("../../templates/ops/gemv_q8.cu.hbs")),
     ("ops/expert_select", include_str!("../../templates/ops/expert_select.cu.hbs")),
@@ -148,6 +151,9 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
     let render = |template: &str, what: &str, ctx: &Value| {
         h.render(template, ctx).map_err(|e| EmitError { what: what.into(), message: e.to_string() })
     };
+    // The matrix unit, where a kernel uses one: the preludes then define its instruction
+    // primitive (`wmma`, `mfma`; the CUDA prelude emulates gfx11's WMMA).
+    let unit = plan.kernels.iter().any(|k| k.op.def().uses_matrix_unit()).then(|| rules::matrix_unit(target));
     let head = json!({
         "target": target.name,
         "arch": target.build.arch,
@@ -156,6 +162,8 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
         "sdot4": target.features.sdot4,
         "sudot4": target.features.sudot4,
         "grid_dependency": target.features.grid_dependency,
+        "wmma": unit == Some(MatrixUnit::Wmma),
+        "mfma": unit == Some(MatrixUnit::Mfma),
     });
     let prelude = match dialect {
         Dialect::Cuda => "cuda/prelude",
@@ -173,8 +181,8 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
     source.push_str(&render("types", "types", &head)?);
     source.push_str(&render(prelude, "prelude", &head)?);
     source.push_str(&render("common", "common helpers", &head)?);
-    if plan.kernels.iter().any(|k| k.op.def().uses_matrix_unit()) {
-        let unit = crate::plan::rules::matrix_unit(target).name();
+    if let Some(unit) = unit {
+        let unit = unit.name();
         source.push_str(&render(&format!("matrix/{unit}"), &format!("the {unit} matrix unit"), &head)?);
     }
 
@@ -239,6 +247,7 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
 fn quant_of(op: &Op) -> Option<GgmlType> {
     match op {
         Op::Gemv(ops::Gemv { quant, .. })
+        | Op::Gemm(ops::Gemm { quant, .. })
         | Op::Embed(ops::Embed { quant, .. })
         | Op::ExpertGemv(ops::ExpertGemv { quant, .. }) => Some(*quant),
         _ => None,

@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
 use strata_compiler::artifacts::Manifest;
 use strata_compiler::ops::{self, Op};
-use strata_compiler::plan::{ERROR_BUFFER, Elem, Extent, KernelRecord};
+use strata_compiler::plan::{ERROR_BUFFER, Elem, Extent, KernelRecord, Tuning};
 use strata_compiler::quant::{self as random, GgmlType};
 
 use crate::backend::cpu::Cpu;
@@ -30,6 +30,8 @@ const TEST_CTX: u32 = 1280;
 const TEST_BUDGET: u32 = 4;
 /// Slots of the expert pools in the expert product tests (experts share them).
 const TEST_SLOTS: u32 = 3;
+/// Tokens of a GEMM's test chunk past its first whole tile: odd, so no multiple of a tile.
+const GEMM_PARTIAL_TOKENS: u32 = 37;
 
 /// The outcome of one kernel's test.
 #[derive(Clone, Debug)]
@@ -73,12 +75,19 @@ fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
         | Op::QsaSelect(ops::QsaSelect { block, .. }) => block,
         _ => 1,
     };
-    let v = match name {
-        "rows" | "tokens" => 3,
-        "n_ctx" => TEST_CTX,
-        "n_blocks" => TEST_CTX.div_ceil(block),
-        "budget" => TEST_BUDGET,
-        "slots" => TEST_SLOTS,
+    let gemm_tile = match &spec.tuning {
+        Tuning::Gemm(t) => Some(t.tile_tokens),
+        _ => None,
+    };
+    let v = match (name, gemm_tile) {
+        // A GEMM's chunk: a whole tile of tokens and a partial one, so that both the
+        // second row of blocks and the guards of the last tile run.
+        ("tokens", Some(tile)) => tile + GEMM_PARTIAL_TOKENS,
+        ("rows" | "tokens", _) => 3,
+        ("n_ctx", _) => TEST_CTX,
+        ("n_blocks", _) => TEST_CTX.div_ceil(block),
+        ("budget", _) => TEST_BUDGET,
+        ("slots", _) => TEST_SLOTS,
         _ => 1,
     };
     let max = spec.scalars.iter().find(|s| s.name == name).map_or(v, |s| s.max);
@@ -312,4 +321,26 @@ pub fn pass_record(manifest: &Manifest, device: &DeviceInfo) -> PathBuf {
     }
     let key: String = h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
     crate::artifacts::cache_dir().join("selftest").join(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_compiler::plan::rules;
+    use strata_compiler::target;
+
+    /// A GEMM's test chunk ends in a partial tile of tokens after a whole one, on every
+    /// target; other ops keep their three tokens.
+    #[test]
+    fn gemm_test_chunks_end_in_a_partial_tile() {
+        for target in target::known() {
+            let gemm = ops::Gemm { quant: GgmlType::Q4_0, rows: 4096, cols: 4096 };
+            let k = rules::kernel(Op::Gemm(gemm), &target);
+            let Tuning::Gemm(t) = &k.tuning else { panic!("{}: {:?}", k.name, k.tuning) };
+            let tokens = test_scalar(&k, "tokens");
+            assert!(tokens > t.tile_tokens && !tokens.is_multiple_of(t.tile_tokens), "{}: {tokens}", target.name);
+            let embed = rules::kernel(Op::Embed(ops::Embed { quant: GgmlType::Q4_0, cols: 64, vocab: 10 }), &target);
+            assert_eq!(test_scalar(&embed, "tokens"), 3);
+        }
+    }
 }

@@ -58,3 +58,25 @@ STRATA_DEVICE void strata_await_inputs(void) {
 STRATA_DEVICE void strata_await_inputs(void) {}
 {{/if}}
 STRATA_DEVICE u32 strata_atomic_add(i32* p, i32 v) { return (u32)__atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+{{#if wmma}}
+// RDNA3's V_WMMA_F32_16X16X16_F16 emulated exactly, for gfx11 kernels rendered here
+// (cross-vendor execution): the same per-lane registers as the HIP prelude's
+// instruction (templates/matrix/wmma.cuh). Lane l holds row l % 16 of A and column
+// l % 16 of B as eight f16 pairs; it computes its accumulators C[2i + l / 16][l % 16]
+// with A's row read from lane 2i + l / 16 by shuffles, k in ascending order.
+STRATA_DEVICE void strata_wmma_f16(float* acc, const u32* a, const u32* b) {
+    const u32 lane = strata_thread() % 32u;
+#pragma unroll
+    for (u32 i = 0; i < 8u; ++i) {
+        const u32 src = 2u * i + lane / 16u;
+        float s = acc[i];
+#pragma unroll
+        for (u32 w = 0; w < 8u; ++w) {
+            const u32 aw = (u32)__nvvm_shfl_sync_idx_i32(0xffffffffu, (i32)a[w], src, 0x1f);
+            s = strata_fma(strata_f16_to_f32((u16)aw), strata_f16_to_f32((u16)b[w]), s);
+            s = strata_fma(strata_f16_to_f32((u16)(aw >> 16)), strata_f16_to_f32((u16)(b[w] >> 16)), s);
+        }
+        acc[i] = s;
+    }
+}
+{{/if}}

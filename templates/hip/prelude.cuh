@@ -61,3 +61,30 @@ STRATA_DEVICE i32 strata_dot4(i32 a, i32 b, i32 c) {
 // Kernels run in stream order on AMD (no programmatic dependent launch): nothing to wait for.
 STRATA_DEVICE void strata_await_inputs(void) {}
 STRATA_DEVICE u32 strata_atomic_add(i32* p, i32 v) { return (u32)__atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+{{#if wmma}}
+// acc[0..7] += A·B on RDNA3's matrix unit (V_WMMA_F32_16X16X16_F16, wave32): a and b are
+// the lane's 16 f16 of A's row and B's column as pairs (templates/matrix/wmma.cuh).
+typedef _Float16 strata_h16 __attribute__((ext_vector_type(16)));
+typedef float strata_f8 __attribute__((ext_vector_type(8)));
+typedef u32 strata_u8w __attribute__((ext_vector_type(8)));
+STRATA_DEVICE void strata_wmma_f16(float* acc, const u32* a, const u32* b) {
+    const strata_u8w va = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]};
+    const strata_u8w vb = {b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]};
+    strata_f8 c = {acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]};
+    c = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(__builtin_bit_cast(strata_h16, va), __builtin_bit_cast(strata_h16, vb), c);
+    for (u32 i = 0; i < 8u; ++i) acc[i] = c[i];
+}
+{{/if}}
+{{#if mfma}}
+// acc[0..3] += A·B on CDNA's matrix unit (V_MFMA_F32_16X16X16F16, wave64): (a0, a1) and
+// (b0, b1) are the lane's four f16 of A and of B as pairs (templates/matrix/mfma.cuh).
+typedef _Float16 strata_h4 __attribute__((ext_vector_type(4)));
+typedef float strata_mfma_f4 __attribute__((ext_vector_type(4)));
+typedef u32 strata_u2w __attribute__((ext_vector_type(2)));
+STRATA_DEVICE void strata_mfma_f16(float* acc, u32 a0, u32 a1, u32 b0, u32 b1) {
+    const strata_u2w va = {a0, a1}, vb = {b0, b1};
+    strata_mfma_f4 c = {acc[0], acc[1], acc[2], acc[3]};
+    c = __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(strata_h4, va), __builtin_bit_cast(strata_h4, vb), c, 0, 0, 0);
+    for (u32 i = 0; i < 4u; ++i) acc[i] = c[i];
+}
+{{/if}}

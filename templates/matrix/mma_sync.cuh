@@ -1,6 +1,7 @@
 // ---- strata matrix unit: NVIDIA mma.sync (sm_80 on), f16 in, f32 accumulate ------
 // One 16x16 tile, k = 16: two mma.sync.m16n8k16 (columns 0-7, then 8-15). Fragments
-// (PTX ISA, "Matrix Fragments for mma.m16n8k16"), g = lane / 4, q = lane % 4:
+// (PTX ISA, "Matrix Fragments for mma.m16n8k16"), g = lane / 4, q = lane % 4, the
+// lower half of each f16x2 register holding the element of lower index:
 //   A (row): {A[g][2q..2q+1], A[g+8][2q..2q+1], A[g][2q+8..2q+9], A[g+8][2q+8..2q+9]}
 //   B (col): {B[2q..2q+1][g], B[2q+8..2q+9][g]}
 //   C: c[0..1] = C[g][2q..2q+1], c[2..3] = C[g+8][2q..2q+1]
@@ -8,7 +9,8 @@
 
 // acc += A·Bᵀ over k < 16 on the wave's 16x16 tile: A is 16 rows of 16 f16 at
 // a[r * lda + k], B 16 columns of 16 f16 at b[n * ldb + k] (shared memory, lda and ldb
-// even). Every lane of the wave calls it.
+// even). Every lane of the wave calls it. The asm is not volatile: mma has no effect
+// but its outputs, so fragments loaded for one tile are reused by the next.
 STRATA_DEVICE void strata_mma16(float* acc, const u16* a, u32 lda, const u16* b, u32 ldb) {
     const u32 lane = strata_thread() % STRATA_WAVE, g = lane / 4u, q = lane % 4u;
     const u32 a0 = *(const u32*)(a + g * lda + 2u * q), a1 = *(const u32*)(a + (g + 8u) * lda + 2u * q);
@@ -18,7 +20,7 @@ STRATA_DEVICE void strata_mma16(float* acc, const u16* a, u32 lda, const u16* b,
         const u16* bn = b + (8u * h + g) * ldb + 2u * q;
         const u32 b0 = *(const u32*)bn, b1 = *(const u32*)(bn + 8);
         float* c = acc + 4u * h;
-        __asm__ volatile(
+        __asm__(
             "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));

@@ -11,11 +11,13 @@ STRATA_DEVICE void strata_dequant32_iq1_m(const u8* STRATA_RESTRICT row, u32 chu
     const u32 word = strata_ld16(b + 48 + 2 * (ib / 2)), shift = 6 * (ib % 2);
     const float dl0 = d * (float)(2 * ((word >> shift) & 7) + 1);
     const float dl1 = d * (float)(2 * ((word >> (shift + 3)) & 7) + 1);
+#pragma unroll
     for (u32 l = 0; l < 4; ++l) {
         const u32 nibble = (b[32 + 2 * ib + l / 2] >> (4 * (l % 2))) & 0x0F;
         const u64 point = strata_iq1s_grid[b[4 * ib + l] | ((nibble & 7) << 8)];
         const float delta = (nibble & 8) ? -0.125f : 0.125f;
         const float dl = l < 2 ? dl0 : dl1;
+#pragma unroll
         for (u32 j = 0; j < 8; ++j) w[8 * l + j] = dl * ((float)(i8)(u8)(point >> (8 * j)) + delta);
     }
 }

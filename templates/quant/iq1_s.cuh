@@ -7,8 +7,10 @@ STRATA_DEVICE void strata_dequant32_iq1_s(const u8* STRATA_RESTRICT row, u32 chu
     const u32 qh = strata_ld16(b + 34 + 2 * ib);
     const float dl = strata_f16_at(b) * (float)(2 * ((qh >> 12) & 7) + 1);
     const float delta = (qh & 0x8000) ? -0.125f : 0.125f;
+#pragma unroll
     for (u32 l = 0; l < 4; ++l) {
         const u64 point = strata_iq1s_grid[b[2 + 4 * ib + l] | (((qh >> (3 * l)) & 7) << 8)];
+#pragma unroll
         for (u32 j = 0; j < 8; ++j) w[8 * l + j] = dl * ((float)(i8)(u8)(point >> (8 * j)) + delta);
     }
 }

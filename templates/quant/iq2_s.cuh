@@ -9,11 +9,13 @@ STRATA_DEVICE void strata_dequant32_iq2_s(const u8* STRATA_RESTRICT row, u32 chu
     const float db0 = d * (0.5f + (float)(sc & 0x0F)) * 0.25f;
     const float db1 = d * (0.5f + (float)(sc >> 4)) * 0.25f;
     const u32 qh = b[66 + ib];
+#pragma unroll
     for (u32 l = 0; l < 4; ++l) {
         const u32 index = b[2 + 4 * ib + l] | ((qh << (8 - 2 * l)) & 0x300);
         const u64 point = strata_iq2s_grid[index];
         const u32 signs = b[34 + 4 * ib + l];
         const float db = l < 2 ? db0 : db1;
+#pragma unroll
         for (u32 j = 0; j < 8; ++j) {
             const float g = (float)(u8)(point >> (8 * j));
             w[8 * l + j] = db * g * ((signs >> j) & 1 ? -1.0f : 1.0f);

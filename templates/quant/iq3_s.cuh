@@ -7,11 +7,13 @@ STRATA_DEVICE void strata_dequant32_iq3_s(const u8* STRATA_RESTRICT row, u32 chu
     const u32 s = (b[106 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
     const float db = strata_f16_at(b) * (float)(1 + 2 * s);
     const u32 h = b[66 + ib];
+#pragma unroll
     for (u32 l = 0; l < 4; ++l) {
         const u8* q = b + 2 + 8 * ib + 2 * l;
         const u32 p0 = strata_iq3s_grid[q[0] | ((h << (8 - 2 * l)) & 256)];
         const u32 p1 = strata_iq3s_grid[q[1] | ((h << (7 - 2 * l)) & 256)];
         const u32 signs = b[74 + 4 * ib + l];
+#pragma unroll
         for (u32 j = 0; j < 8; ++j) {
             const float g = (float)(u8)((j < 4 ? p0 : p1) >> (8 * (j & 3)));
             w[8 * l + j] = db * g * ((signs >> j) & 1 ? -1.0f : 1.0f);

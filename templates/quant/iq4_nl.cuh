@@ -2,6 +2,7 @@
 STRATA_DEVICE void strata_dequant32_iq4_nl(const u8* STRATA_RESTRICT row, u32 chunk, float* w) {
     const u8* b = row + 18u * chunk;
     const float d = strata_f16_at(b);
+#pragma unroll
     for (u32 j = 0; j < 16; ++j) {
         w[j] = d * (float)strata_iq4nl_values[b[2 + j] & 0x0F];
         w[j + 16] = d * (float)strata_iq4nl_values[b[2 + j] >> 4];

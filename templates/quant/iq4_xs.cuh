@@ -7,6 +7,7 @@ STRATA_DEVICE void strata_dequant32_iq4_xs(const u8* STRATA_RESTRICT row, u32 ch
     const u32 hi = (strata_ld16(b + 2) >> (2 * ib)) & 3;
     const float dl = strata_f16_at(b) * (float)((i32)(lo | (hi << 4)) - 32);
     const u8* q = b + 8 + 16 * ib;
+#pragma unroll
     for (u32 j = 0; j < 16; ++j) {
         w[j] = dl * (float)strata_iq4nl_values[q[j] & 0x0F];
         w[j + 16] = dl * (float)strata_iq4nl_values[q[j] >> 4];

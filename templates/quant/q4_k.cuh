@@ -8,6 +8,7 @@ STRATA_DEVICE void strata_dequant32_q4_k(const u8* STRATA_RESTRICT row, u32 chun
     strata_scale_min_k4(b + 4, s, &sc, &m);
     const float d1 = strata_f16_at(b) * (float)sc, m1 = strata_f16_at(b + 2) * (float)m;
     const u8* q = b + 16 + 32 * (s >> 1);
+#pragma unroll
     for (u32 l = 0; l < 32; ++l) w[l] = d1 * (float)((q[l] >> shift) & 0x0F) - m1;
 }
 // Int8 decode: 144-byte blocks are 16-byte aligned, so d|dmin|scales is one 16-byte load and

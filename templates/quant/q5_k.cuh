@@ -8,6 +8,7 @@ STRATA_DEVICE void strata_dequant32_q5_k(const u8* STRATA_RESTRICT row, u32 chun
     const float d1 = strata_f16_at(b) * (float)sc, m1 = strata_f16_at(b + 2) * (float)m;
     const u8* qh = b + 16;
     const u8* q = b + 48 + 32 * (s >> 1);
+#pragma unroll
     for (u32 l = 0; l < 32; ++l) {
         const u32 v = ((q[l] >> shift) & 0x0F) | (((qh[l] >> s) & 1) << 4);
         w[l] = d1 * (float)v - m1;

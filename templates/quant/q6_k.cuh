@@ -8,6 +8,7 @@ STRATA_DEVICE void strata_dequant32_q6_k(const u8* STRATA_RESTRICT row, u32 chun
     const u8* ql = b + 64 * half + 32 * (k & 1);
     const u8* qh = b + 128 + 32 * half;
     const u32 nib = 4 * (k >> 1);
+#pragma unroll
     for (u32 l = 0; l < 32; ++l) {
         const u32 q = ((ql[l] >> nib) & 0x0F) | (((qh[l] >> (2 * k)) & 3) << 4);
         const float sc = (float)(i8)b[192 + 8 * half + l / 16 + 2 * k];

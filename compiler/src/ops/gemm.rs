@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch, per, scalar};
 use crate::plan::rules::{self, MAX_TOKENS};
-use crate::plan::{Dim, Elem, GemmTuning, KernelRecord, Options, Tuning};
+use crate::plan::{Dim, Elem, Extent, GemmTuning, KernelRecord, Options, Tuning};
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -24,10 +24,22 @@ pub struct Gemm {
     pub cols: u32,
 }
 
+/// Shared-memory stages of the tiles: the waves multiply one while the next is stored.
+pub const STAGES: u32 = 2;
+
 impl Gemm {
-    /// Shared bytes of a tuning: the weight and input tiles in f16, rows padded.
+    /// Shared bytes of a tuning: the weight and input tiles in f16, rows padded, in
+    /// [`STAGES`] buffers.
     pub fn shared_bytes(t: &GemmTuning) -> u32 {
-        (t.tile_rows + t.tile_tokens) * (t.tile_k + t.pad) * 2
+        STAGES * (t.tile_rows + t.tile_tokens) * (t.tile_k + t.pad) * 2
+    }
+
+    /// The part of a block's tile one wave multiplies, (rows, tokens): 64 rows by a
+    /// wave's width of tokens, so that every matrix unit keeps 64 accumulators a lane
+    /// (16x16 tiles hold 256 / wave each), enough reuse of each loaded fragment without
+    /// pressing on the registers.
+    pub fn wave_tile(wave_size: u32) -> (u32, u32) {
+        (64, wave_size)
     }
 }
 
@@ -67,8 +79,48 @@ impl KernelOp for Gemm {
         if Gemm::shared_bytes(t) != k.launch.shared_bytes {
             c.shared(Gemm::shared_bytes(t), "the weight and input tiles".into());
         }
+        for (what, n) in [("tile rows", t.tile_rows), ("tile tokens", t.tile_tokens)] {
+            if n == 0 || !n.is_multiple_of(16) {
+                c.fail(what, n.to_string(), "tiles are whole 16x16 matrix-unit tiles".into());
+            }
+        }
+        if t.tile_k == 0 || !t.tile_k.is_multiple_of(32) || !cols.is_multiple_of(t.tile_k) {
+            c.fail(
+                "the features of a step",
+                t.tile_k.to_string(),
+                format!("whole 32-chunks dividing the {cols} columns"),
+            );
+        }
+        if !(t.tile_k + t.pad).is_multiple_of(8) {
+            let stride = t.tile_k + t.pad;
+            c.fail("the staged row stride", format!("{stride} halves"), "16-byte rows (a multiple of 8)".into());
+        }
+        let (wave_rows, wave_tokens) = Gemm::wave_tile(k.launch.wave_size);
+        let tiled = t.tile_rows.is_multiple_of(wave_rows) && t.tile_tokens.is_multiple_of(wave_tokens);
+        let waves = (t.tile_rows / wave_rows) * (t.tile_tokens / wave_tokens);
+        if !tiled || t.waves != waves || k.launch.waves != waves {
+            c.fail(
+                "waves per block",
+                format!("{} (launch {})", t.waves, k.launch.waves),
+                format!("{}x{} tiles in {wave_rows}x{wave_tokens} per wave", t.tile_rows, t.tile_tokens),
+            );
+        }
         if c.grid_x().saturating_mul(u64::from(t.tile_rows)) < u64::from(rows) {
             c.fail("rows covered by the grid", c.grid_x().to_string(), format!("the matrix has {rows}"));
+        }
+        let per_block = match &k.launch.grid[1] {
+            Dim::Runtime { arg, per_block } if arg == "tokens" => *per_block,
+            _ => 0,
+        };
+        if per_block != t.tile_tokens {
+            c.fail("tokens per block of grid y", per_block.to_string(), format!("tiles of {} tokens", t.tile_tokens));
+        }
+        for (name, per_row) in [("x", cols), ("y", rows)] {
+            let extent = k.buffers.iter().find(|b| b.name == name).map(|b| &b.extent);
+            let ok = matches!(extent, Some(Extent::PerArg { arg, per_row: n }) if arg == "tokens" && *n == u64::from(per_row));
+            if !ok {
+                c.fail(&format!("the extent of {name}"), format!("{extent:?}"), format!("{per_row} floats per token"));
+            }
         }
         let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(u64::MAX);
         c.extents.push(("w", u64::from(rows).saturating_mul(row_bytes)));
@@ -82,11 +134,21 @@ impl KernelOp for Gemm {
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
         let Gemm { quant, rows, cols } = *self;
         let Tuning::Gemm(t) = &k.tuning else { return json!({}) };
+        let threads = k.launch.threads.max(1);
+        let (wave_rows, wave_tokens) = Gemm::wave_tile(k.launch.wave_size);
+        let w_tasks = t.tile_rows * (t.tile_k / 32);
+        let x_vectors = t.tile_tokens * (t.tile_k / 4);
         json!({
-            "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(),
+            "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(), "unit": t.unit.name(),
             "rows": rows, "cols": cols, "row_bytes": quant.row_bytes(u64::from(cols)).unwrap_or(0),
+            "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
             "tile_rows": t.tile_rows, "tile_tokens": t.tile_tokens, "tile_k": t.tile_k,
-            "stride": t.tile_k + t.pad, "w_len": fixed(k, "w"),
+            "stride": t.tile_k + t.pad, "w_len": fixed(k, "w"), "steps": cols / t.tile_k.max(32),
+            "wave_rows": wave_rows, "wave_tokens": wave_tokens, "waves_t": (t.tile_tokens / wave_tokens).max(1),
+            "wm": wave_rows / 16, "wn": wave_tokens / 16, "k16": t.tile_k / 16, "chunk_vectors": t.tile_k / 4,
+            "w_tasks": w_tasks, "w_per_thread": w_tasks.div_ceil(threads), "w_ragged": !w_tasks.is_multiple_of(threads),
+            "x_per_thread": x_vectors.div_ceil(threads), "x_vectors": x_vectors,
+            "x_ragged": !x_vectors.is_multiple_of(threads),
         })
     }
 

@@ -346,6 +346,7 @@ mod tests {
         let cases: Vec<(Op, Int8Dot, Break)> = vec![
             (Gemv { quant: q4, rows: 4096, cols: 4096, window: 4 }.into(), Int8Dot::Never, shared),
             (Gemv { quant: iq2, rows: 4096, cols: 4096, window: 4 }.into(), Int8Dot::Always, shared),
+            (Gemm { quant: q4, rows: 4096, cols: 4096 }.into(), Int8Dot::Auto, shared),
             (
                 ExpertGemv {
                     quant: iq2,
@@ -388,7 +389,7 @@ mod tests {
             (Argmax { n: 32_000 }.into(), Int8Dot::Auto, shared),
         ];
         let kinds: std::collections::BTreeSet<_> = cases.iter().map(|(op, _, _)| op.kind()).collect();
-        assert_eq!(kinds.len(), 17, "one case for every registered op");
+        assert_eq!(kinds.len(), 18, "one case for every registered op");
         for target in ["sm_90", "gfx90a"].map(|t| Target::load(t).expect("known")) {
             for (op, int8, broken) in &cases {
                 let options = Options { int8: *int8, ..Options::default() };

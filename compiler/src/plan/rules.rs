@@ -147,11 +147,41 @@ pub fn matrix_unit(target: &Target) -> MatrixUnit {
     }
 }
 
-/// GEMM tiles for `rows × cols` on `target`: 128 rows by 64 columns a block, 32 input
-/// features a step, four waves each taking 32 rows by 64 columns (2 x 4 tiles of 16).
+/// Tokens a prompt chunk holds: what GEMM tiles are sized for.
+pub const GEMM_CHUNK: u32 = 512;
+
+/// GEMM tiles for `rows × cols` on `target`. Each wave multiplies 64 rows by a wave's
+/// width of tokens (`ops::Gemm::wave_tile`: 64 accumulators a lane on every unit), 32
+/// features a step (one dequantized chunk a row), rows of the staged tiles padded by 8
+/// halves (16 bytes: fragment loads of 8 consecutive rows then fall in distinct banks,
+/// and rows stay 16-byte aligned). The block tile is the largest of 128x128, 128x64
+/// and 64x64 (rows x tokens) whose grid at a [`GEMM_CHUNK`]-token chunk still fills
+/// every compute unit once (else the smallest): large tiles reuse each dequantized
+/// weight over more tokens, but a small matrix (a 1024-row K or V projection) in large
+/// tiles leaves most units idle. Every candidate fits every shipped target: 256 threads
+/// at most, 40 KiB of double-buffered tiles under the 48 KiB of static shared memory a
+/// block may declare on NVIDIA (64 KiB on AMD).
 pub fn gemm(rows: u32, _cols: u32, target: &Target) -> GemmTuning {
-    let tile_rows = if rows >= 128 { 128 } else { rows.next_multiple_of(16).max(16) };
-    GemmTuning { unit: matrix_unit(target), waves: 4, tile_rows, tile_tokens: 64, tile_k: 32, pad: 8 }
+    let d = &target.device;
+    let (wave_rows, wave_tokens) = crate::ops::Gemm::wave_tile(d.wave_size);
+    let (tile_k, pad) = (32, 8);
+    let tuning = |tile_rows: u32, tile_tokens: u32| GemmTuning {
+        unit: matrix_unit(target),
+        waves: (tile_rows / wave_rows).max(1) * (tile_tokens / wave_tokens).max(1),
+        tile_rows,
+        tile_tokens,
+        tile_k,
+        pad,
+    };
+    let candidates = [(128, 128), (128, 64), (64, 64)].map(|(r, t)| tuning(r, t));
+    let fits = |t: &GemmTuning| {
+        crate::ops::Gemm::shared_bytes(t) <= d.shared_bytes_per_block
+            && t.waves * d.wave_size <= d.max_threads_per_block
+    };
+    let blocks = |t: &GemmTuning| u64::from(rows.div_ceil(t.tile_rows)) * u64::from(GEMM_CHUNK.div_ceil(t.tile_tokens));
+    let mut fitting = candidates.iter().filter(|t| fits(t));
+    let first = fitting.clone().find(|t| blocks(t) >= u64::from(d.compute_units));
+    first.or_else(|| fitting.next_back()).cloned().unwrap_or_else(|| tuning(64, 64))
 }
 
 /// The full kernel record for `op` on `target` (int8 GEMVs by the default rule).
