@@ -165,3 +165,39 @@ impl KernelOp for AttentionPrefill {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Options, Plan};
+
+    fn errors(op: AttentionPrefill, target: &str) -> Vec<String> {
+        let target = Target::load(target).expect("known");
+        let k = rules::kernel_with(op.into(), &target, &Options::default());
+        let plan = Plan { target: target.name.clone(), options: Options::default(), kernels: vec![k] };
+        crate::check::check(&plan, &target).iter().map(ToString::to_string).collect()
+    }
+
+    /// The test models' shapes fit every target's shared memory, the widest key tile that
+    /// fits chosen; shapes the kernel cannot run fail the static check, naming what.
+    #[test]
+    fn shapes_fit_or_fail_by_name() {
+        let op = |heads, kv_heads, head_dim| AttentionPrefill { heads, kv_heads, head_dim, scale: 0.1 };
+        for target in ["sm_80", "sm_90", "gfx1030", "gfx1100", "gfx90a"] {
+            for (h, kv, d) in [(9, 3, 64), (32, 8, 128), (32, 4, 128), (16, 8, 128), (4, 2, 64)] {
+                assert_eq!(errors(op(h, kv, d), target), Vec::<String>::new(), "{target} {h}/{kv}x{d}");
+            }
+        }
+        let sm_90 = Target::load("sm_90").expect("known");
+        assert_eq!(rules::attention_prefill(&op(9, 3, 64), &sm_90).key_tile, 64);
+        assert_eq!(rules::attention_prefill(&op(32, 8, 128), &sm_90).key_tile, 32);
+        let e = errors(op(32, 8, 72), "sm_90").join("\n");
+        assert!(e.contains("head length is 72") && e.contains("a multiple of 16 from 16 to 128"), "{e}");
+        let e = errors(op(32, 8, 256), "sm_90").join("\n");
+        assert!(e.contains("head length is 256"), "{e}");
+        let e = errors(op(128, 1, 64), "sm_90").join("\n");
+        assert!(e.contains("query rows per block is 1 tokens of 128 heads"), "{e}");
+        let e = errors(op(12, 8, 64), "sm_90").join("\n");
+        assert!(e.contains("query heads per KV head is 12/8"), "{e}");
+    }
+}
