@@ -83,6 +83,9 @@ fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
         // A GEMM's chunk: a whole tile of tokens and a partial one, so that both the
         // second row of blocks and the guards of the last tile run.
         ("tokens", Some(tile)) => tile + GEMM_PARTIAL_TOKENS,
+        // A prompt chunk after a cached prefix (TEST_POS): partial query and key tiles,
+        // and the causal diagonal inside a key tile.
+        ("tokens", None) if matches!(spec.op, Op::AttentionPrefill(_)) => 37,
         ("rows" | "tokens", _) => 3,
         ("n_ctx", _) => TEST_CTX,
         ("n_blocks", _) => TEST_CTX.div_ceil(block),

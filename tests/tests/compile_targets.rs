@@ -279,3 +279,64 @@ fn compiler_errors_name_the_kernel_and_its_source_line() {
     assert!(message.starts_with("clang failed on broken_kernel:"), "{message}");
     assert!(message.contains("broken_kernel.cu:2:") && message.contains("y[0] = undeclared_thing;"), "{message}");
 }
+
+/// The prefill attention shapes of the test models: SmolLM2-135M (9/3 heads of 64),
+/// Llama-3-8B (32/8 of 128), Qwen3-32B-like (32/4 of 128), Qwen3-0.6B (16/8 of 128) and
+/// the tiny synthetic packs (4/2 of 64).
+const PREFILL_SHAPES: [(u32, u32, u32); 5] = [(9, 3, 64), (32, 8, 128), (32, 4, 128), (16, 8, 128), (4, 2, 64)];
+
+/// A plan of just the prefill attention kernels of [`PREFILL_SHAPES`] on `target`.
+fn prefill_plan(target: &Target, checked: bool) -> strata_compiler::plan::Plan {
+    let options = Options { checked, ..Options::default() };
+    let kernels = PREFILL_SHAPES
+        .iter()
+        .map(|&(heads, kv_heads, head_dim)| {
+            let scale = 1.0 / (head_dim as f32).sqrt();
+            let op = ops::AttentionPrefill { heads, kv_heads, head_dim, scale };
+            let mut k = strata_compiler::plan::rules::kernel_with(op.into(), target, &options);
+            if checked {
+                k.buffers.push(strata_compiler::plan::Buffer {
+                    name: strata_compiler::plan::ERROR_BUFFER.into(),
+                    elem: strata_compiler::plan::Elem::I32,
+                    extent: strata_compiler::plan::Extent::Fixed(8),
+                    writes: true,
+                });
+            }
+            k
+        })
+        .collect();
+    strata_compiler::plan::Plan { target: target.name.clone(), options, kernels }
+}
+
+/// Prefill attention (flash attention on the matrix unit) passes the static check and
+/// compiles for the NVIDIA targets (mma.sync) and gfx1030 (no matrix unit), plain and
+/// `--checked`, for every test model's shape; AMD code objects without spills or scratch
+/// and with their LDS as declared.
+#[test]
+fn prefill_attention_compiles_for_every_shape() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    for name in ["sm_80", "sm_86", "sm_89", "sm_90", "sm_120", "gfx1030"] {
+        let target = Target::load(name).expect("known");
+        for checked in [false, true] {
+            let plan = prefill_plan(&target, checked);
+            let errors = strata_compiler::check::check(&plan, &target);
+            assert!(errors.is_empty(), "{name}: {errors:?}");
+            let module = strata_compiler::emit::emit(&plan, &target, strata_compiler::emit::Dialect::native(&target))
+                .expect("renders");
+            let out = dir.path().join(format!("{name}-{checked}"));
+            std::fs::create_dir_all(&out).expect("made");
+            let built =
+                strata_compiler::build::build(&module, &target, &tools, &out).unwrap_or_else(|e| panic!("{name}: {e}"));
+            for k in &plan.kernels {
+                let r = &built.resources[&k.name];
+                eprintln!("{name} {} (shared {} bytes declared): {r:?}", k.name, k.launch.shared_bytes);
+                assert!(r.spills().is_none_or(|s| s == 0), "{name} {}: {r:?}", k.name);
+                if let Resources::CodeObject { lds_bytes, .. } = r {
+                    let declared = k.launch.shared_bytes;
+                    assert!((declared..=declared + 32).contains(lds_bytes), "{name} {}: {r:?}", k.name);
+                }
+            }
+        }
+    }
+}

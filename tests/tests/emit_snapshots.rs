@@ -142,3 +142,27 @@ fn rendering_is_deterministic() {
     let b = emit::emit(&plan, &target, Dialect::Hip).expect("renders");
     assert_eq!(a, b);
 }
+
+/// Prefill attention (flash attention on the matrix unit) for SmolLM2's and Llama-3-8B's
+/// shapes, on mma.sync (sm_90) and without a matrix unit (gfx1030).
+#[test]
+fn prefill_attention_kernels() {
+    for name in ["sm_90", "gfx1030"] {
+        let target = Target::load(name).expect("known");
+        let options = Options::default();
+        let kernels = [(9, 3, 64), (32, 8, 128)]
+            .map(|(heads, kv_heads, head_dim)| {
+                let scale = 1.0 / (head_dim as f32).sqrt();
+                plan::rules::kernel_with(
+                    ops::AttentionPrefill { heads, kv_heads, head_dim, scale }.into(),
+                    &target,
+                    &options,
+                )
+            })
+            .to_vec();
+        let plan = Plan { target: target.name.clone(), options, kernels };
+        let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
+        let text: String = module.kernels.iter().map(|k| format!("=== {} ===\n{}\n", k.name, k.text)).collect();
+        insta::assert_snapshot!(format!("prefill_attention_kernels_{name}"), text);
+    }
+}

@@ -383,13 +383,14 @@ mod tests {
                 grid_x_more,
             ),
             (AttentionMerge { heads: 32, head_dim: 128, q8: true }.into(), Int8Dot::Auto, grid_x_more),
+            (AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: 0.125 }.into(), Int8Dot::Auto, shared),
             (QsaScore { heads: 32, kv_heads: 8, head_dim: 128, block: 16 }.into(), Int8Dot::Auto, shared),
             (QsaSelect { kv_heads: 8, block: 16 }.into(), Int8Dot::Auto, |k| k.launch.shared_bytes = 64),
             (Softmax { n: 32_000 }.into(), Int8Dot::Auto, shared),
             (Argmax { n: 32_000 }.into(), Int8Dot::Auto, shared),
         ];
         let kinds: std::collections::BTreeSet<_> = cases.iter().map(|(op, _, _)| op.kind()).collect();
-        assert_eq!(kinds.len(), 18, "one case for every registered op");
+        assert_eq!(kinds.len(), 19, "one case for every registered op");
         for target in ["sm_90", "gfx90a"].map(|t| Target::load(t).expect("known")) {
             for (op, int8, broken) in &cases {
                 let options = Options { int8: *int8, ..Options::default() };

@@ -287,6 +287,23 @@ pub struct GemmTuning {
     pub pad: u32,
 }
 
+/// Tiles of [`Op::AttentionPrefill`] (see [`rules::attention_prefill`]): a block takes
+/// one KV head and `block_tokens` tokens, whose (token, query head of the group) pairs are
+/// its query rows, 16 a wave; it walks the keys `key_tile` positions at a time, staged in
+/// shared memory (keys as rows, values transposed) and shared by every wave.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttentionPrefillTuning {
+    /// Waves per block, 16 query rows each.
+    pub waves: u32,
+    /// Tokens per block: `block_tokens × group ≤ 16 × waves` rows.
+    pub block_tokens: u32,
+    /// KV positions per staged tile (a multiple of 16).
+    pub key_tile: u32,
+    /// f16 elements padding each staged row (a multiple of 8: rows stay 16-byte aligned
+    /// and a tile's rows spread over the banks).
+    pub pad: u32,
+}
+
 /// How [`Op::Attention`] splits a token's KV blocks (see [`rules::attention`]): a token
 /// reading `n` blocks uses `s0 = min(splits, ceil(n / split_blocks))` shares of
 /// `per = ceil(n / s0)` blocks, so `ceil(n / per)` splits; [`Op::AttentionMerge`] reads
@@ -350,6 +367,8 @@ pub enum Tuning {
     Attention(AttentionTuning),
     /// A GEMM's tiles.
     Gemm(GemmTuning),
+    /// Prefill attention's query and key tiles.
+    AttentionPrefill(AttentionPrefillTuning),
     /// Block-per-row or elementwise ops need only their thread count (in `Launch`).
     None {},
 }

@@ -6,9 +6,10 @@
 //! be good.
 
 use super::{
-    AttentionTuning, GemmTuning, GemvQ8Tuning, GemvTuning, Int8Dot, KernelRecord, MAX_WINDOW, MatrixUnit, Options,
+    AttentionPrefillTuning, AttentionTuning, GemmTuning, GemvQ8Tuning, GemvTuning, Int8Dot, KernelRecord, MAX_WINDOW,
+    MatrixUnit, Options,
 };
-use crate::ops::Op;
+use crate::ops::{AttentionPrefill, Op};
 use crate::quant::GgmlType;
 use crate::target::{Target, Vendor};
 
@@ -182,6 +183,24 @@ pub fn gemm(rows: u32, _cols: u32, target: &Target) -> GemmTuning {
     let mut fitting = candidates.iter().filter(|t| fits(t));
     let first = fitting.clone().find(|t| blocks(t) >= u64::from(d.compute_units));
     first.or_else(|| fitting.next_back()).cloned().unwrap_or_else(|| tuning(64, 64))
+}
+
+/// Prefill attention's tiles for `op` on `target`: [`WAVES_PER_BLOCK`] waves of 16 query
+/// rows (a block's tokens are as many whole tokens' groups of heads as fit), and the
+/// widest key tile of 64, 32 or 16 positions whose staged tiles fit the target's shared
+/// memory per block (64 at head length 64, 32 at 128 on a 48 KiB part): a wider tile
+/// means fewer block barriers and longer runs of matrix instructions between them, and
+/// several blocks still fit an SM / CU. Where even 16 does not fit, the static check
+/// names the kernel and the limit.
+pub fn attention_prefill(op: &AttentionPrefill, target: &Target) -> AttentionPrefillTuning {
+    let waves = WAVES_PER_BLOCK;
+    let block_tokens = (16 * waves / op.group().max(1)).max(1);
+    let tuning = |key_tile| AttentionPrefillTuning { waves, block_tokens, key_tile, pad: 8 };
+    [64, 32, 16]
+        .into_iter()
+        .map(tuning)
+        .find(|t| op.shared_bytes(t) <= u64::from(target.device.shared_bytes_per_block))
+        .unwrap_or_else(|| tuning(16))
 }
 
 /// The full kernel record for `op` on `target` (int8 GEMVs by the default rule).

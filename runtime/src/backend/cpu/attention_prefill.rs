@@ -43,3 +43,95 @@ pub(super) fn run(op: &ops::AttentionPrefill, io: &mut OpIo) -> Result<(), RunEr
     io.output_floats("out", &out);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use half::f16;
+    use strata_compiler::ops::{self, Op};
+    use strata_compiler::plan::rules;
+    use strata_compiler::target::Target;
+
+    use super::super::io::{f32_bytes, floats};
+    use super::super::{Arg, Backend, Cpu};
+
+    const HEADS: usize = 4;
+    const KV_HEADS: usize = 2;
+    const DIM: usize = 16;
+    const WIDTH: usize = KV_HEADS * DIM;
+
+    /// Runs the reference on `q` (tokens × heads × dim) over the caches (n_ctx rows of
+    /// WIDTH) from position `pos`; `out` starts as all 7.0.
+    fn attend(q: &[f32], k: &[f32], v: &[f32], pos: i32, n_ctx: u32) -> Vec<f32> {
+        let target = Target::load("sm_90").expect("known");
+        let op =
+            ops::AttentionPrefill { heads: HEADS as u32, kv_heads: KV_HEADS as u32, head_dim: DIM as u32, scale: 0.25 };
+        let spec = rules::kernel(Op::AttentionPrefill(op), &target);
+        let tokens = q.len() / (HEADS * DIM);
+        let halves = |x: &[f32]| x.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect::<Vec<u8>>();
+        let mut cpu = Cpu::new();
+        let mut buffer = |bytes: &[u8]| {
+            let b = cpu.alloc(bytes.len()).expect("host memory");
+            cpu.write(b, 0, bytes).expect("in bounds");
+            b
+        };
+        let out_len = tokens * HEADS * DIM;
+        let bufs = [
+            buffer(&f32_bytes(q)),
+            buffer(&halves(k)),
+            buffer(&halves(v)),
+            buffer(&f32_bytes(&vec![7.0; out_len])),
+            buffer(&pos.to_le_bytes()),
+        ];
+        let names = ["q", "k_cache", "v_cache", "out", "pos"];
+        let mut args: Vec<(&str, Arg)> = names.iter().zip(bufs).map(|(n, b)| (*n, Arg::Buf(b, 0))).collect();
+        args.extend([("tokens", Arg::U32(tokens as u32)), ("n_ctx", Arg::U32(n_ctx))]);
+        cpu.call(&spec, &args).expect("runs");
+        let mut out = vec![0u8; out_len * 4];
+        cpu.read(bufs[3], 0, &mut out).expect("in bounds");
+        floats(&out, out_len)
+    }
+
+    /// Small exact f16 values, different for every (row, column).
+    fn rows(n: usize, salt: usize) -> Vec<f32> {
+        (0..n * WIDTH).map(|i| ((i * 7 + salt) % 17) as f32 / 8.0 - 1.0).collect()
+    }
+
+    /// The first token of a prompt sees only its own position: its output is that
+    /// position's value row of its KV head, whatever the query.
+    #[test]
+    fn one_position_gives_its_value_row() {
+        let (k, v) = (rows(4, 1), rows(4, 2));
+        let q: Vec<f32> = (0..HEADS * DIM).map(|i| i as f32 * 0.37 - 3.0).collect();
+        let out = attend(&q, &k, &v, 0, 4);
+        for h in 0..HEADS {
+            let kvh = h / (HEADS / KV_HEADS);
+            assert_eq!(&out[h * DIM..][..DIM], &v[kvh * DIM..][..DIM], "head {h}");
+        }
+    }
+
+    /// With every key equal, every score is equal: token t of a chunk at `pos` averages
+    /// the value rows 0..=pos+t of its KV head; a token past the context leaves its rows.
+    #[test]
+    fn equal_keys_average_the_values_seen_causally() {
+        let (n_ctx, pos, tokens) = (6usize, 2usize, 5usize);
+        let key: Vec<f32> = (0..WIDTH).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
+        let k: Vec<f32> = key.iter().copied().cycle().take(n_ctx * WIDTH).collect();
+        let v = rows(n_ctx, 3);
+        let q: Vec<f32> = (0..tokens * HEADS * DIM).map(|i| ((i * 13) % 11) as f32 * 0.3 - 1.5).collect();
+        let out = attend(&q, &k, &v, pos as i32, n_ctx as u32);
+        for t in 0..tokens {
+            for h in 0..HEADS {
+                let (kvh, row) = (h / (HEADS / KV_HEADS), &out[(t * HEADS + h) * DIM..][..DIM]);
+                let seen = pos + t + 1;
+                if seen > n_ctx {
+                    assert!(row.iter().all(|&x| x == 7.0), "token {t} is past the context: {row:?}");
+                    continue;
+                }
+                for (d, &got) in row.iter().enumerate() {
+                    let mean = (0..seen).map(|p| f64::from(v[p * WIDTH + kvh * DIM + d])).sum::<f64>() / seen as f64;
+                    assert!((f64::from(got) - mean).abs() < 1e-6, "token {t} head {h} dim {d}: {got} vs {mean}");
+                }
+            }
+        }
+    }
+}
