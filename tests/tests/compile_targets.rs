@@ -316,7 +316,7 @@ fn prefill_plan(target: &Target, checked: bool) -> strata_compiler::plan::Plan {
 fn prefill_attention_compiles_for_every_shape() {
     let Some(tools) = toolchain() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
-    for name in ["sm_80", "sm_86", "sm_89", "sm_90", "sm_120", "gfx1030"] {
+    for name in ["sm_80", "sm_86", "sm_89", "sm_90", "sm_120", "gfx1100", "gfx1030", "gfx90a", "gfx942"] {
         let target = Target::load(name).expect("known");
         for checked in [false, true] {
             let plan = prefill_plan(&target, checked);

@@ -9,11 +9,19 @@
 //! With windows, every compiled window T of each GEMV is timed too (the speculative
 //! verify windows): one launch reads the weights once for T input columns, so the time
 //! per token should fall almost as 1/T while the weights dominate the bytes.
+//!
+//! Every GEMM (the prompt chunk's products) is timed at a chunk of [`GEMM_TOKENS`]
+//! tokens, reported as TFLOP/s (2 · rows · cols · tokens per launch). At that width a
+//! GEMM is bound by the matrix unit and the dequantization, not by reading its weights
+//! once, so one copy of the weights serves every launch. Beside them the report names
+//! `gemm_ceiling`: the fastest F16 GEMM where the model has one, whose dequantization
+//! is a copy, so its rate is what the kernel's tiles and the matrix unit reach on this
+//! device, the bound for the quantized ones.
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use strata_compiler::ops::{self, Op};
-use strata_compiler::plan::{KernelRecord, MAX_WINDOW, Tuning};
+use strata_compiler::plan::{KernelRecord, MAX_WINDOW, Tuning, rules};
 use strata_compiler::quant::{GgmlType, random_blocks, random_floats};
 
 use crate::backend::cpu::quantize_q8;
@@ -55,6 +63,34 @@ pub struct WindowSweep {
     pub timings: Vec<KernelTiming>,
 }
 
+/// Tokens a GEMM is timed at: a prompt chunk.
+pub const GEMM_TOKENS: u32 = rules::GEMM_CHUNK;
+
+/// One GEMM timed at [`GEMM_TOKENS`] tokens.
+#[derive(Clone, Debug)]
+pub struct GemmTiming {
+    /// Kernel name.
+    pub name: String,
+    /// Weight type.
+    pub quant: GgmlType,
+    /// Output rows.
+    pub rows: u32,
+    /// Row length.
+    pub cols: u32,
+    /// Tokens (input columns) per launch.
+    pub tokens: u32,
+    /// Seconds per launch.
+    pub seconds: f64,
+}
+
+impl GemmTiming {
+    /// Floating-point operations per second, in units of 10^12: each of the
+    /// rows · cols · tokens multiply-adds counts as two.
+    pub fn tflops(&self) -> f64 {
+        2.0 * f64::from(self.rows) * f64::from(self.cols) * f64::from(self.tokens) / self.seconds / 1e12
+    }
+}
+
 /// Kernel figures and the reference they are judged by.
 #[derive(Clone, Debug)]
 pub struct KernelReport {
@@ -65,6 +101,11 @@ pub struct KernelReport {
     /// With windows ([`Model::bench_kernels_with`]): every GEMV shape that has windows
     /// above 1, by base name; empty otherwise.
     pub windows: Vec<WindowSweep>,
+    /// Every GEMM of the model at [`GEMM_TOKENS`] tokens, by name.
+    pub gemms: Vec<GemmTiming>,
+    /// The fastest F16 GEMM among `gemms` (the kernels' ceiling on this device, see the
+    /// module's documentation); `None` where the model has no F16 matrix.
+    pub gemm_ceiling: Option<GemmTiming>,
 }
 
 /// GEMV shape: weight type, rows, row length.
@@ -156,7 +197,40 @@ impl Model {
             }
         }
         sweeps.retain(|s| s.timings.iter().any(|k| k.window > 1));
-        Ok(KernelReport { copy_bytes_per_s, kernels, windows: sweeps })
+        let gemms = self.bench_gemms(reps, &mut rng)?;
+        let gemm_ceiling =
+            gemms.iter().filter(|g| g.quant == GgmlType::F16).max_by(|a, b| a.tflops().total_cmp(&b.tflops())).cloned();
+        Ok(KernelReport { copy_bytes_per_s, kernels, windows: sweeps, gemms, gemm_ceiling })
+    }
+
+    /// Times every GEMM among the kernels at [`GEMM_TOKENS`] tokens, `reps` launches
+    /// each, on random weights and inputs (one copy: see the module's documentation).
+    fn bench_gemms(&mut self, reps: usize, rng: &mut ChaCha8Rng) -> Result<Vec<GemmTiming>, RunError> {
+        let mut specs: Vec<KernelRecord> =
+            self.kernels.specs().filter(|k| matches!(k.op, Op::Gemm(_))).cloned().collect();
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut timings = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            let Op::Gemm(ops::Gemm { quant, rows, cols }) = spec.op else { continue };
+            let tokens = GEMM_TOKENS.min(spec.scalars.iter().find(|s| s.name == "tokens").map_or(1, |s| s.max));
+            let w_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0) as usize * rows as usize;
+            let mut host = vec![0u8; w_bytes];
+            random_blocks(quant, rng, &mut host, 0.05).map_err(|e| RunError::Other(e.to_string()))?;
+            let x = random_floats(rng, (tokens * cols) as usize, 1.0);
+            let b = &mut self.backend;
+            let (w, xb, y) = (b.alloc(w_bytes)?, b.alloc(x.len() * 4)?, b.alloc((tokens * rows) as usize * 4)?);
+            b.write(w, 0, &host)?;
+            b.write(xb, 0, &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
+            let args = vec![
+                ("w", Arg::Buf(w, 0)),
+                ("x", Arg::Buf(xb, 0)),
+                ("y", Arg::Buf(y, 0)),
+                ("tokens", Arg::U32(tokens)),
+            ];
+            let seconds = self.time_launches(spec, &[args], reps)?;
+            timings.push(GemmTiming { name: spec.name.clone(), quant, rows, cols, tokens, seconds });
+        }
+        Ok(timings)
     }
 
     /// Where kernels are planned on demand (CPU), plans windows 1 to [`MAX_WINDOW`] of
@@ -284,6 +358,13 @@ impl Model {
             }
             _ => return Err(RunError::Other(format!("kernel {}: no benchmark for this op", spec.name))),
         };
+        let seconds = self.time_launches(spec, &args, reps)?;
+        Ok(KernelTiming { name: spec.name.clone(), window, bytes, seconds })
+    }
+
+    /// Seconds per launch of `spec`: `reps` launches, cycling through `args`, captured as
+    /// one graph, replayed once to warm up and once timed.
+    fn time_launches(&mut self, spec: &KernelRecord, args: &[Vec<(&str, Arg)>], reps: usize) -> Result<f64, RunError> {
         let b = &mut self.backend;
         b.begin_capture()?;
         let queued = (0..reps).try_for_each(|i| b.call(spec, &args[i % args.len()]));
@@ -294,7 +375,6 @@ impl Model {
         let start = b.mark()?;
         b.replay(graph)?;
         let end = b.mark()?;
-        let seconds = b.seconds(start, end)? / reps as f64;
-        Ok(KernelTiming { name: spec.name.clone(), window, bytes, seconds })
+        Ok(b.seconds(start, end)? / reps as f64)
     }
 }

@@ -9,4 +9,4 @@ mod attention;
 mod kernels;
 
 pub use attention::AttentionTiming;
-pub use kernels::{KernelReport, KernelTiming, WindowSweep};
+pub use kernels::{GEMM_TOKENS, GemmTiming, KernelReport, KernelTiming, WindowSweep};

@@ -89,6 +89,24 @@ pub(crate) fn print_kernel_report(r: &KernelReport) {
         let gbs = k.bytes as f64 / k.seconds / 1e9;
         println!("{:<40} {:>12} {:>10.2} {:>9.0} {:>6.1}%", k.name, k.bytes, k.seconds * 1e6, gbs, 100.0 * gbs / copy);
     }
+    print_gemm_report(r);
+}
+
+/// The GEMM table: each prompt-chunk product's rate, and the F16 ceiling where there is one.
+fn print_gemm_report(r: &KernelReport) {
+    if r.gemms.is_empty() {
+        return;
+    }
+    println!();
+    println!("GEMMs at a prompt chunk (TFLOP/s = 2 rows cols tokens / time)");
+    println!("{:<40} {:>6} {:>10} {:>9}", "kernel", "tokens", "time (us)", "TFLOP/s");
+    for g in &r.gemms {
+        println!("{:<40} {:>6} {:>10.2} {:>9.1}", g.name, g.tokens, g.seconds * 1e6, g.tflops());
+    }
+    match &r.gemm_ceiling {
+        Some(c) => println!("ceiling (F16, nothing to dequantize): {} {:.1} TFLOP/s", c.name, c.tflops()),
+        None => println!("ceiling: no F16 GEMM in this model (an F16 pack measures it)"),
+    }
 }
 
 /// The verify-window tables of `strata-run bench --kernels --windows`: one per GEMV shape,
