@@ -147,11 +147,20 @@ fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha
         crate::backend::cpu::moe_route(&logits, experts as usize, layout, &mut route, &mut weights);
         return Ok(route.iter().flat_map(|v| v.to_le_bytes()).collect());
     }
-    // The merge's split counts: 1 to the most there are.
-    if let (Op::AttentionMerge(_), strata_compiler::plan::Tuning::Attention(t)) = (&spec.op, &spec.tuning)
-        && b.name == "splits"
-    {
-        return Ok((0..n).flat_map(|_| (rng.random_range(1..=t.splits) as i32).to_le_bytes()).collect());
+    // The merge's split counts: 1 to the most there are; its partial states
+    // [max, sum, acc[head]] with positive sums, as attention writes them (a sum near zero
+    // would make the merge divide by one: cancellation the kernels never see).
+    if let (Op::AttentionMerge(ops::AttentionMerge { head_dim, .. }), Tuning::Attention(t)) = (&spec.op, &spec.tuning) {
+        if b.name == "splits" {
+            return Ok((0..n).flat_map(|_| (rng.random_range(1..=t.splits) as i32).to_le_bytes()).collect());
+        }
+        if b.name == "partial" {
+            let mut states = random::random_floats(rng, n, 1.0);
+            for sum in states.iter_mut().skip(1).step_by(*head_dim as usize + 2) {
+                *sum = sum.abs() + 0.5;
+            }
+            return Ok(states.iter().flat_map(|v| v.to_le_bytes()).collect());
+        }
     }
     Ok(match b.elem {
         Elem::F32 => random::random_floats(rng, n, 1.0).iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -168,6 +177,7 @@ fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha
         Elem::U8 => {
             let ty = match spec.op {
                 Op::Gemv(ops::Gemv { quant, .. })
+                | Op::Gemm(ops::Gemm { quant, .. })
                 | Op::Embed(ops::Embed { quant, .. })
                 | Op::ExpertGemv(ops::ExpertGemv { quant, .. }) => quant,
                 _ => GgmlType::F32,

@@ -63,4 +63,4 @@ echo "== GEMM kernels (tokens 512)"
 grep -h -E "^(peak|gemm_)" "$out"/*-pp*.txt | sort -u
 echo
 echo "== prompt processing beside llama.cpp"
-printf '%s\n' "${summary[@]}" | column -t -s '|'
+printf '%s\n' "${summary[@]}" | tr '|' '\t'
