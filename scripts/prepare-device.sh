@@ -6,7 +6,7 @@
 # (SmolLM2) and a qwen3 synthetic pack, with deliberately faulty builds for the refusal
 # checks.
 #
-# Carry .device/bin, .device/packs and .device/artifacts.tar.xz (the art, art-run and
+# Carry .device/bin, .device/packs, .device/prefill and .device/artifacts.tar.xz (the art, art-run and
 # checked folders, compressed).
 #
 # The default model (94 MiB) is larger than one device call carries (64 MiB), so it
@@ -57,6 +57,14 @@ done
 $sc --pack "$model" --target gfx1100 --out "$dev/art-run/smollm2-gfx1100" >/dev/null
 $sc --pack "$model" --target sm_90 --fault wrong:rmsnorm_576 --out "$dev/art-run/smollm2-fault-wrong" >/dev/null
 $sc --pack "$model" --target sm_90 --fault hang:silu_mul_1536 --out "$dev/art-run/smollm2-fault-hang" >/dev/null
+# A SmolLM2-shaped pack of random Q4_1 weights (made again there by the same command):
+# the prompt-chunk check's greedy text (scripts/device/prefill-check.sh).
+$sc synth --preset smollm2-135m --type Q4_1 --seed 5 --out /tmp/smol.gguf >/dev/null
+for spec in "sm_90" "gfx1100 --run-on sm_90"; do
+    set -- $spec
+    $sc --pack /tmp/smol.gguf --target $spec --out "$dev/prefill/smol-$1" >/dev/null
+done
+rm -f /tmp/smol.gguf
 # PTX compresses twenty-fold: the artifacts travel as one archive beside the binaries and
 # packs (device-check.sh unpacks it), under the 64 MiB a device call carries.
 tar -cJf "$dev/artifacts.tar.xz" -C "$dev" art art-run checked

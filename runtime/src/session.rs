@@ -92,7 +92,7 @@ impl Default for OpenOptions {
             device: None,
             artifacts: None,
             ctx: None,
-            prefill: 512,
+            prefill: strata_compiler::plan::rules::GEMM_CHUNK,
             selftest: SelfTest::Auto,
             deadline: Duration::from_secs(10),
             startup_timeout: Duration::from_secs(300),

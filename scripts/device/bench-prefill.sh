@@ -3,9 +3,11 @@
 # run: for each Llama-8B-shape pack prepared by `ONLY=... scripts/prepare-bench.sh`
 # (artifacts in .device/bench/<pack>), the self-test of its kernels (GEMMs and the
 # prefill attention included), then ppN for each N of PP (default "512 4096") with the
-# time to first token, beside llama-bench's ppN in the same run, and each GEMM alone
-# (bench --kernels: TFLOP/s against the peak measured in the same run). TTFT=N also
-# times an N-token prompt (to the first token) on the Q4_0 pack. Prints a table last.
+# time to first token, beside llama-bench's ppN in the same run (three repetitions up to
+# 512 tokens, one beyond), and each GEMM alone (bench --kernels: TFLOP/s against the f16
+# peak measured in the same run). TTFT=N also times an N-token prompt (to the first
+# token) on the Q4_0 pack; tile variants in .device/bench-g<tile>/<pack> are timed too.
+# Prints a table last.
 #
 # Needs .device/bin, .device/bench/<pack>/ and llama-bench (scripts/device/llama-bench.sh:
 # .peer/llama.cpp.tar.gz or .peer/llama-bench.xz.part-*). PEER=0 skips llama.cpp;
@@ -24,6 +26,22 @@ if [ "${PEER:-1}" != 0 ]; then
     EXPORT_DIR=${OUT:-/tmp}/peer bash scripts/device/llama-bench.sh || { echo "no llama-bench"; exit 1; }
     peer=(--llama-bench /tmp/llb/bin/llama-bench)
 fi
+# The device's f16 matrix peak, measured here: cuBLAS through PyTorch on 8192^3 random
+# operands (f32 accumulate), the median of 20 timed runs after warm-up.
+python3 - <<'PY' 2>&1 | tee "$out/peak.txt"
+import torch
+n = 8192
+a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
+for _ in range(5):
+    a @ b
+times = []
+for _ in range(20):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); a @ b; e.record(); torch.cuda.synchronize()
+    times.append(s.elapsed_time(e) / 1e3)
+t = sorted(times)[len(times) // 2]
+print(f"peak f16 (torch.matmul {n}^3): {2 * n**3 / t / 1e12:.1f} TFLOP/s")
+PY
 summary=()
 while read -r name preset types layers; do
     art=.device/bench/$name
@@ -43,24 +61,40 @@ while read -r name preset types layers; do
     for pp in $pps; do
         kernels=()
         [ $first = 1 ] && kernels=(--kernels)
-        $bin/strata-run bench --pack "$pack" --artifacts "$art" --ctx $((pp + 256)) -p "$pp" -n 16 -r 3 \
+        reps=3
+        [ "$pp" -gt 512 ] && reps=1
+        $bin/strata-run bench --pack "$pack" --artifacts "$art" --ctx $((pp + 256)) -p "$pp" -n 16 -r $reps \
             "${kernels[@]}" "${peer[@]}" 2>&1 | tee "$out/$name-pp$pp.txt"
         first=0
         line=$(grep -o "pp$pp [0-9.]* t/s (ttft [0-9.]* ms)" "$out/$name-pp$pp.txt" | head -1)
         peer_line=$(grep -o "llama.cpp pp$pp [0-9.]* t/s" "$out/$name-pp$pp.txt" | head -1)
         ratio=$(grep -o "ratio strata/llama.cpp: pp [0-9.]*x" "$out/$name-pp$pp.txt" | grep -o "[0-9.]*x")
         summary+=("$name|$line|$peer_line|$ratio")
+        echo "SUMMARY $name|$line|$peer_line|$ratio"
     done
     if [ -n "${TTFT:-}" ] && [[ "$name" =~ Q4_0 ]]; then
         $bin/strata-run bench --pack "$pack" --artifacts "$art" --ctx $((TTFT + 256)) -p "$TTFT" -n 1 -r 1 \
             2>&1 | tee "$out/$name-ttft.txt"
         summary+=("$name|$(grep -o "pp$TTFT [0-9.]* t/s (ttft [0-9.]* ms)" "$out/$name-ttft.txt" | head -1)")
+        echo "SUMMARY ${summary[-1]}"
     fi
+    # GEMM tile variants (strata-compile --gemm-tile, built by hand into
+    # .device/bench-g<tile>/<pack>): the same pack, same run, no peer.
+    for dir in .device/bench-g*/"$name"; do
+        [ -d "$dir" ] || continue
+        variant=$(basename "$(dirname "$dir")")
+        $bin/strata-run bench --pack "$pack" --artifacts "$dir" --ctx 768 -p 512 -n 16 -r 3 --kernels \
+            >"$out/$name-$variant.txt" 2>&1
+        summary+=("$name ($variant)|$(grep -o 'pp512 [0-9.]* t/s (ttft [0-9.]* ms)' "$out/$name-$variant.txt")")
+        echo "SUMMARY ${summary[-1]}"
+        grep -E "^gemm_" "$out/$name-$variant.txt" | sed "s/^/$variant: /"
+    done
     rm -f "$pack"
 done < <(bench_packs)
 echo
 echo "== GEMM kernels (tokens 512)"
-grep -h -E "^(peak|gemm_)" "$out"/*-pp*.txt | sort -u
+cat "$out/peak.txt"
+grep -h -E "^gemm_" "$out"/*-pp*.txt | sort -u
 echo
 echo "== prompt processing beside llama.cpp"
 printf '%s\n' "${summary[@]}" | tr '|' '\t'

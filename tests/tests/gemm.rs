@@ -122,11 +122,12 @@ fn gemm_tiles_fit_every_target() {
             assert!(k.launch.shared_bytes <= target.device.shared_bytes_per_block, "{} {}", target.name, k.name);
             assert!(k.launch.threads <= 256 && k.launch.threads % target.device.wave_size == 0);
         }
+        // The largest tile that fits, whatever the matrix (measured: docs/PERFORMANCE.md).
         let tile = |k: &KernelRecord| match &k.tuning {
-            Tuning::Gemm(t) => t.tile_rows * t.tile_tokens,
-            _ => 0,
+            Tuning::Gemm(t) => [t.tile_rows, t.tile_tokens],
+            _ => [0, 0],
         };
-        assert!(tile(&small) < tile(&big), "{}", target.name);
+        assert_eq!((tile(&small), tile(&big)), ([128, 128], [128, 128]), "{}", target.name);
         let nvidia = target.vendor == Vendor::Nvidia;
         assert_eq!(nvidia, rules::matrix_unit(&target) == strata_compiler::plan::MatrixUnit::MmaSync);
     }

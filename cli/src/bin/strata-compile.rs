@@ -69,6 +69,10 @@ struct CompileArgs {
     /// attention's selection (default: the target's, 16).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     qsa_block: Option<u32>,
+    /// Rows and tokens of every GEMM's block tile, as ROWSxTOKENS, instead of the rule's
+    /// (tuning sweeps).
+    #[arg(long, value_name = "ROWSxTOKENS", value_parser = parse_tile)]
+    gemm_tile: Option<[u32; 2]>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention): prompts are then read in verify-window passes.
     #[arg(long)]
@@ -248,6 +252,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         int8: args.int8,
         q8_rows: args.q8_rows,
         qsa_block: args.qsa_block,
+        gemm_tile: args.gemm_tile,
         prefill: !args.no_prefill,
     };
     let request = Request {
@@ -304,4 +309,15 @@ fn compile(args: CompileArgs) -> Result<()> {
         if args.checked { ", bounds-checked" } else { "" },
     );
     Ok(())
+}
+
+/// A GEMM block tile `ROWSxTOKENS`, each a multiple of 16.
+fn parse_tile(s: &str) -> Result<[u32; 2], String> {
+    let bad = || format!("{s:?} is not ROWSxTOKENS with both multiples of 16 (e.g. 128x64)");
+    let (r, t) = s.split_once('x').ok_or_else(bad)?;
+    let (r, t): (u32, u32) = (r.parse().map_err(|_| bad())?, t.parse().map_err(|_| bad())?);
+    if r == 0 || t == 0 || r % 16 != 0 || t % 16 != 0 {
+        return Err(bad());
+    }
+    Ok([r, t])
 }

@@ -49,9 +49,9 @@ impl KernelOp for Gemm {
         format!("gemm_{}_{rows}x{cols}", quant.name().to_ascii_lowercase())
     }
 
-    fn record(&self, target: &Target, _options: &Options) -> Parts {
+    fn record(&self, target: &Target, options: &Options) -> Parts {
         let Gemm { quant, rows, cols } = *self;
-        let t = rules::gemm(rows, cols, target);
+        let t = rules::gemm(target, options);
         let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
         let grid = [
             Dim::Fixed(rows.div_ceil(t.tile_rows)),

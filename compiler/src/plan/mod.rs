@@ -46,6 +46,10 @@ pub struct Options {
     /// the granularity of the key summaries and of sparse attention's selection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qsa_block: Option<u32>,
+    /// Rows and tokens of every GEMM's block tile instead of the rule's (for tuning
+    /// sweeps; [`rules::gemm`] still fits the waves to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_tile: Option<[u32; 2]>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack; without them prompts are read in verify-window passes.
     #[serde(default)]
@@ -61,6 +65,7 @@ impl Default for Options {
             int8: Int8Dot::Auto,
             q8_rows: None,
             qsa_block: None,
+            gemm_tile: None,
             prefill: true,
         }
     }

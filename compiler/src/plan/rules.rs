@@ -148,21 +148,23 @@ pub fn matrix_unit(target: &Target) -> MatrixUnit {
     }
 }
 
-/// Tokens a prompt chunk holds: what GEMM tiles are sized for.
+/// Tokens of a prompt chunk by default (`--prefill`), and what the GEMM benchmark times.
 pub const GEMM_CHUNK: u32 = 512;
 
 /// GEMM tiles for `rows × cols` on `target`. Each wave multiplies 64 rows by a wave's
 /// width of tokens (`ops::Gemm::wave_tile`: 64 accumulators a lane on every unit), 32
 /// features a step (one dequantized chunk a row), rows of the staged tiles padded by 8
 /// halves (16 bytes: fragment loads of 8 consecutive rows then fall in distinct banks,
-/// and rows stay 16-byte aligned). The block tile is the largest of 128x128, 128x64
-/// and 64x64 (rows x tokens) whose grid at a [`GEMM_CHUNK`]-token chunk still fills
-/// every compute unit once (else the smallest): large tiles reuse each dequantized
-/// weight over more tokens, but a small matrix (a 1024-row K or V projection) in large
-/// tiles leaves most units idle. Every candidate fits every shipped target: 256 threads
-/// at most, 40 KiB of double-buffered tiles under the 48 KiB of static shared memory a
-/// block may declare on NVIDIA (64 KiB on AMD).
-pub fn gemm(rows: u32, _cols: u32, target: &Target) -> GemmTuning {
+/// and rows stay 16-byte aligned). The block tile is the largest of 128x128, 128x64 and
+/// 64x64 (rows x tokens) that fits the target: each dequantized weight serves every
+/// token of the tile, and the dequantization is most of a step's work. Measured on the
+/// H200 (docs/PERFORMANCE.md), 128x128 everywhere beat tiles chosen to give each SM a
+/// block (128x64 or 64x64 for the 4096- and 1024-row matrices) by 20% at pp512, and
+/// 128x64 everywhere lost 13%. Every candidate fits every shipped target: 256 threads at
+/// most, 40 KiB of double-buffered tiles under the 48 KiB of static shared memory a
+/// block may declare on NVIDIA (64 KiB on AMD). `options.gemm_tile` imposes a block tile
+/// (tuning sweeps; the static check refuses one that does not fit).
+pub fn gemm(target: &Target, options: &Options) -> GemmTuning {
     let d = &target.device;
     let (wave_rows, wave_tokens) = crate::ops::Gemm::wave_tile(d.wave_size);
     let (tile_k, pad) = (32, 8);
@@ -174,15 +176,15 @@ pub fn gemm(rows: u32, _cols: u32, target: &Target) -> GemmTuning {
         tile_k,
         pad,
     };
+    if let Some([r, t]) = options.gemm_tile {
+        return tuning(r, t);
+    }
     let candidates = [(128, 128), (128, 64), (64, 64)].map(|(r, t)| tuning(r, t));
     let fits = |t: &GemmTuning| {
         crate::ops::Gemm::shared_bytes(t) <= d.shared_bytes_per_block
             && t.waves * d.wave_size <= d.max_threads_per_block
     };
-    let blocks = |t: &GemmTuning| u64::from(rows.div_ceil(t.tile_rows)) * u64::from(GEMM_CHUNK.div_ceil(t.tile_tokens));
-    let mut fitting = candidates.iter().filter(|t| fits(t));
-    let first = fitting.clone().find(|t| blocks(t) >= u64::from(d.compute_units));
-    first.or_else(|| fitting.next_back()).cloned().unwrap_or_else(|| tuning(64, 64))
+    candidates.into_iter().find(fits).unwrap_or_else(|| tuning(64, 64))
 }
 
 /// Prefill attention's tiles for `op` on `target`: [`WAVES_PER_BLOCK`] waves of 16 query
