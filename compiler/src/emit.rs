@@ -13,7 +13,6 @@ use handlebars::Handlebars;
 use serde_json::{Value, json};
 
 use crate::digest::sha256_hex;
-use crate::ops::{self, Op};
 use crate::plan::{ERROR_BUFFER, Elem, Fault, KernelRecord, MatrixUnit, Plan, rules};
 use crate::quant::{GgmlType, grids};
 use crate::target::{Target, Vendor};
@@ -187,7 +186,7 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
         source.push_str(&render(&format!("matrix/{unit}"), &format!("the {unit} matrix unit"), &head)?);
     }
 
-    let quants: BTreeSet<GgmlType> = plan.kernels.iter().filter_map(|k| quant_of(&k.op)).collect();
+    let quants: BTreeSet<GgmlType> = plan.kernels.iter().filter_map(|k| k.op.def().weights()).collect();
     source.push_str(&tables(&quants));
     for q in &quants {
         let name = q.name().to_ascii_lowercase();
@@ -243,16 +242,6 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
         }
     }
     Ok(source)
-}
-
-fn quant_of(op: &Op) -> Option<GgmlType> {
-    match op {
-        Op::Gemv(ops::Gemv { quant, .. })
-        | Op::Gemm(ops::Gemm { quant, .. })
-        | Op::Embed(ops::Embed { quant, .. })
-        | Op::ExpertGemv(ops::ExpertGemv { quant, .. }) => Some(*quant),
-        _ => None,
-    }
 }
 
 /// The lookup tables the given quant types read, as C arrays from `quant::grids`.

@@ -175,13 +175,7 @@ fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha
                 .collect()
         }
         Elem::U8 => {
-            let ty = match spec.op {
-                Op::Gemv(ops::Gemv { quant, .. })
-                | Op::Gemm(ops::Gemm { quant, .. })
-                | Op::Embed(ops::Embed { quant, .. })
-                | Op::ExpertGemv(ops::ExpertGemv { quant, .. }) => quant,
-                _ => GgmlType::F32,
-            };
+            let ty = spec.op.def().weights().unwrap_or(GgmlType::F32);
             let mut out = vec![0u8; n];
             random::random_blocks(ty, rng, &mut out, 0.05)
                 .map_err(|e| RunError::Other(format!("kernel {}: test input: {e}", spec.name)))?;

@@ -53,6 +53,10 @@ impl KernelOp for Embed {
         c.extents.push(("table", u64::from(vocab).saturating_mul(row_bytes)));
     }
 
+    fn weights(&self) -> Option<GgmlType> {
+        Some(self.quant)
+    }
+
     fn tolerance(&self) -> f64 {
         1e-5
     }

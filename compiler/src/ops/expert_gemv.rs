@@ -125,6 +125,10 @@ impl KernelOp for ExpertGemv {
         c.extents.push(("y", u64::from(window * used * rows)));
     }
 
+    fn weights(&self) -> Option<GgmlType> {
+        Some(self.quant)
+    }
+
     fn tolerance(&self) -> f64 {
         2e-4
     }

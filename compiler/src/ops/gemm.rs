@@ -126,6 +126,10 @@ impl KernelOp for Gemm {
         c.extents.push(("w", u64::from(rows).saturating_mul(row_bytes)));
     }
 
+    fn weights(&self) -> Option<GgmlType> {
+        Some(self.quant)
+    }
+
     fn tolerance(&self) -> f64 {
         // f16 operands (11-bit significands), f32 accumulation.
         2e-3

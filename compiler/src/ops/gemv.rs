@@ -84,6 +84,10 @@ impl KernelOp for Gemv {
         c.extents.push(("y", u64::from(window * rows)));
     }
 
+    fn weights(&self) -> Option<GgmlType> {
+        Some(self.quant)
+    }
+
     fn tolerance(&self) -> f64 {
         2e-4
     }

@@ -77,6 +77,12 @@ pub trait KernelOp {
         None
     }
 
+    /// The type of the quantized matrix or table it reads (`w` or `table`): the block
+    /// decoder its module carries and the blocks its self-test draws.
+    fn weights(&self) -> Option<crate::quant::GgmlType> {
+        None
+    }
+
     /// Whether its template multiplies tiles with the target's matrix unit (then the
     /// module carries `templates/matrix/<unit>.cuh`).
     fn uses_matrix_unit(&self) -> bool {
@@ -398,6 +404,9 @@ mod tests {
                 let plan = crate::plan::Plan { target: target.name.clone(), options, kernels: vec![k.clone()] };
                 let errors = crate::check::check(&plan, &target);
                 assert!(errors.is_empty(), "{} {}: {errors:?}", target.name, k.name);
+                // An op reading quant blocks names their type (its decoder, its test blocks).
+                let blocks = k.buffers.iter().any(|b| b.elem == Elem::U8 && !b.writes && b.name != "xq");
+                assert_eq!(blocks, k.op.def().weights().is_some(), "{}: weights()", k.name);
                 broken(&mut k);
                 let mut own = Checker::new(&k);
                 k.op.def().check(&k, &mut own);
