@@ -145,3 +145,37 @@ fn checked_runs_name_the_first_non_finite_layer() {
     assert!(e.starts_with("warm-up token failed, refusing to serve: non-finite logits (row 0, token "), "{e}");
     assert!(e.contains(": first non-finite output in layer 1: kernel "), "{e}");
 }
+
+/// The cost of the non-finite scan against a whole CPU load of a SmolLM2-shaped pack
+/// (Q4_0 and F16 weights): `cargo test -p strata-tests --test loader -- --ignored
+/// --nocapture scan_cost`. A measurement, not a check.
+#[test]
+#[ignore]
+fn scan_cost() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for ty in [GgmlType::Q4_0, GgmlType::F16] {
+        let path = dir.path().join(format!("{ty}.gguf"));
+        std::fs::write(&path, strata_tests::synthetic_pack(Preset::SmolLm2, 30, &[ty])).expect("written");
+        let opts = OpenOptions { backend: BackendChoice::Cpu, ctx: Some(256), ..OpenOptions::default() };
+        let median = |f: &mut dyn FnMut()| {
+            let mut times: Vec<f64> = (0..5)
+                .map(|_| {
+                    let t = Instant::now();
+                    f();
+                    t.elapsed().as_secs_f64()
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            times[2]
+        };
+        let load = median(&mut || drop(session::open(&path, &opts, &mut |_| {}).expect("opens")));
+        let pack = Pack::open(&path).expect("opens");
+        let scan = median(&mut || strata_runtime::model::check_finite(&pack).expect("finite"));
+        eprintln!(
+            "{ty}: load {:.1} ms (scan included), scan {:.2} ms = {:.1}%",
+            load * 1e3,
+            scan * 1e3,
+            100.0 * scan / load
+        );
+    }
+}
