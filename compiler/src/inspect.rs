@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::model::ModelDesc;
-use crate::pack::{Array, Pack, Value};
+use crate::pack::{Array, Metadata, Pack, Value, escaped};
 use crate::quant::GgmlType;
 
 /// Arrays longer than this are summarized as `[N × type]`.
@@ -101,11 +101,7 @@ pub fn inspect(pack: &Pack) -> Inspection {
         architecture: pack.architecture().ok().map(str::to_owned),
         model,
         model_error,
-        metadata: pack
-            .metadata()
-            .iter()
-            .map(|(key, value)| MetaEntry { key: key.into(), ty: type_name(value), value: to_json(value) })
-            .collect(),
+        metadata: metadata_entries(pack.metadata()),
         tensors: pack
             .tensors()
             .iter()
@@ -119,6 +115,41 @@ pub fn inspect(pack: &Pack) -> Inspection {
             })
             .collect(),
         bytes_by_type,
+    }
+}
+
+/// The metadata entries of a table, long arrays summarized.
+pub fn metadata_entries(metadata: &Metadata) -> Vec<MetaEntry> {
+    metadata
+        .iter()
+        .map(|(key, value)| MetaEntry { key: key.into(), ty: type_name(value), value: to_json(value) })
+        .collect()
+}
+
+/// What `inspect` shows of a file it cannot open as a pack: the version and metadata
+/// read before the damage.
+pub fn metadata_text(version: u32, metadata: &Metadata) -> String {
+    let mut s = format!("GGUF v{version}, metadata read before the error:\n");
+    write_metadata(&mut s, &metadata_entries(metadata));
+    s
+}
+
+/// The metadata section of the text report; keys escaped so that none forges a line.
+fn write_metadata(s: &mut String, entries: &[MetaEntry]) {
+    let _ = writeln!(s, "metadata ({} keys):", entries.len());
+    for m in entries {
+        let value = match &m.value {
+            serde_json::Value::Object(o) => format!("[{} items]", o.get("len").cloned().unwrap_or_default()),
+            v => {
+                let text = v.to_string();
+                if text.len() > 100 {
+                    format!("{}… ({} chars)", &text[..text.floor_char_boundary(100)], text.len())
+                } else {
+                    text
+                }
+            }
+        };
+        let _ = writeln!(s, "  {:<44} {:<14} {value}", escaped(&m.key), m.ty);
     }
 }
 
@@ -152,9 +183,9 @@ impl Inspection {
     /// The human-readable report.
     pub fn to_text(&self) -> String {
         let mut s = String::new();
-        let _ =
-            writeln!(s, "pack: {} (GGUF v{}, {})", self.files.join(" + "), self.gguf_version, bytes(self.file_bytes));
-        let _ = writeln!(s, "architecture: {}", self.architecture.as_deref().unwrap_or("(none)"));
+        let files: Vec<_> = self.files.iter().map(|f| escaped(f)).collect();
+        let _ = writeln!(s, "pack: {} (GGUF v{}, {})", files.join(" + "), self.gguf_version, bytes(self.file_bytes));
+        let _ = writeln!(s, "architecture: {}", self.architecture.as_deref().map_or("(none)".into(), escaped));
         match (&self.model, &self.model_error) {
             (Some(m), _) => {
                 let _ = writeln!(s, "model:");
@@ -178,30 +209,17 @@ impl Inspection {
             }
             (None, None) => {}
         }
-        let _ = writeln!(s, "metadata ({} keys):", self.metadata.len());
-        for m in &self.metadata {
-            let value = match &m.value {
-                serde_json::Value::Object(o) => format!("[{} items]", o.get("len").cloned().unwrap_or_default()),
-                v => {
-                    let text = v.to_string();
-                    if text.len() > 100 {
-                        format!("{}… ({} chars)", &text[..text.floor_char_boundary(100)], text.len())
-                    } else {
-                        text
-                    }
-                }
-            };
-            let _ = writeln!(s, "  {:<44} {:<14} {value}", m.key, m.ty);
-        }
+        write_metadata(&mut s, &self.metadata);
         let _ = writeln!(s, "bytes by type:");
         for t in &self.bytes_by_type {
             let _ = writeln!(s, "  {:<8} {:>5} tensors {:>12}", t.ty, t.tensors, bytes(t.bytes));
         }
         let _ = writeln!(s, "tensors ({}):", self.tensors.len());
-        let width = self.tensors.iter().map(|t| t.name.len()).max().unwrap_or(0);
+        let width = self.tensors.iter().map(|t| escaped(&t.name).len()).max().unwrap_or(0);
         for t in &self.tensors {
             let shape: Vec<String> = t.shape.iter().map(u64::to_string).collect();
-            let _ = writeln!(s, "  {:<width$}  {:<8} {:<22} {:>12}", t.name, t.ty, shape.join(" × "), bytes(t.bytes));
+            let name = escaped(&t.name);
+            let _ = writeln!(s, "  {name:<width$}  {:<8} {:<22} {:>12}", t.ty, shape.join(" × "), bytes(t.bytes));
         }
         s
     }
@@ -223,7 +241,7 @@ pub fn bytes(n: u64) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum DequantError {
     /// No tensor of that name.
-    #[error("{pack}: no tensor named {name:?}")]
+    #[error("{}: no tensor named {name:?}", escaped(pack))]
     NoTensor {
         /// The pack.
         pack: String,

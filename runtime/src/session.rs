@@ -83,6 +83,9 @@ pub struct OpenOptions {
     pub qsa: QsaConfig,
     /// Where a mixture-of-experts pack's experts go.
     pub experts: ExpertOptions,
+    /// Greedy picks refuse non-finite logits and name the first non-finite layer (also
+    /// on with artifacts compiled `--checked`).
+    pub checked: bool,
 }
 
 impl Default for OpenOptions {
@@ -103,6 +106,7 @@ impl Default for OpenOptions {
             draft_artifacts: None,
             qsa: QsaConfig::OFF,
             experts: ExpertOptions::default(),
+            checked: false,
         }
     }
 }
@@ -277,7 +281,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
     let mut backend = open_backend(opts.backend, opts.device, report)?;
     let device = backend.info();
     report(Event::Device(&device));
-    let n_ctx = opts.ctx.unwrap_or(desc.context).max(1);
+    let n_ctx = opts.ctx.unwrap_or(desc.context);
     // GEMV windows up to the verify window (compiled, on a GPU); prompt chunks of
     // --prefill tokens beside them. A mixture of experts reads its prompt in windows.
     let (kernels, window, art) = if device.backend == "cpu" {
@@ -319,6 +323,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
         }
     }
     model.set_qsa(opts.qsa)?;
+    model.set_checked(opts.checked || art.as_ref().is_some_and(|a| a.manifest.options.checked));
     report(Event::Stage("warm-up"));
     warm_up(&mut model, tokenizer.bos().unwrap_or(0), opts.spec.window)
         .map_err(|e| RunError::Other(format!("warm-up token failed, refusing to serve: {e}")))?;

@@ -127,3 +127,54 @@ fn unsupported_tensor_types_are_named() {
     let e = desc(planned.writer.to_bytes(|_, _| {})).unwrap_err();
     assert!(e.starts_with("test.gguf: tensor blk.0.attn_q.weight: type TQ2_0 is not supported"), "{e}");
 }
+
+/// Hyperparameters out of their ranges are refused with the key, the value and the
+/// range: NaN, infinite, zero and negative epsilons and RoPE bases (which would reach the
+/// kernels as `NaNf` / `inff` literals), a zero context (once silently raised to 1), and
+/// head counts and lengths no kernel can take.
+#[test]
+fn hyperparameters_are_checked_against_their_ranges() {
+    let eps = "llama.attention.layer_norm_rms_epsilon";
+    let base = "llama.rope.freq_base";
+    let float_range = |key: &str, v: &str, max: &str| {
+        format!("test.gguf: key {key}: {v} is out of range (allowed: a finite value above 0 and at most {max})")
+    };
+    let mut cases: Vec<(String, &str, Value)> = Vec::new();
+    for (v, shown) in [(f32::NAN, "NaN"), (f32::INFINITY, "inf"), (0.0, "0"), (-1e-5, "-0.000009999999747378752")] {
+        cases.push((float_range(eps, shown, "1e0"), eps, Value::F32(v)));
+        cases.push((float_range(base, shown, "1e12"), base, Value::F32(v)));
+    }
+    let int_range = |key: &str, v: u32, lo: u32, hi: u32| {
+        format!("test.gguf: key llama.{key}: {v} is out of range (allowed: {lo} to {hi})")
+    };
+    cases.extend([
+        (int_range("context_length", 0, 1, 2147483647), "llama.context_length", Value::U32(0)),
+        (int_range("context_length", u32::MAX, 1, 2147483647), "llama.context_length", Value::U32(u32::MAX)),
+        (int_range("attention.key_length", 4096, 1, 1024), "llama.attention.key_length", Value::U32(4096)),
+        (int_range("attention.value_length", 0, 1, 1024), "llama.attention.value_length", Value::U32(0)),
+        (int_range("attention.head_count", 5000, 1, 4096), "llama.attention.head_count", Value::U32(5000)),
+        (int_range("embedding_length", 1 << 21, 1, 1 << 20), "llama.embedding_length", Value::U32(1 << 21)),
+    ]);
+    for (expected, key, value) in cases {
+        let mut planned = planned_tiny();
+        planned.writer.kv(key, value);
+        assert_eq!(desc(planned.writer.to_bytes(|_, _| {})).unwrap_err(), expected);
+    }
+}
+
+/// Tensors the family does not use are refused by name: a Gemma 3 pack relabelled
+/// `llama` has extra norms, and would otherwise run and print garbage.
+#[test]
+fn tensors_the_family_does_not_use_are_refused() {
+    let mut planned = planned_tiny();
+    for name in ["blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight"] {
+        planned.writer.tensor(name, GgmlType::F32, &[256]).expect("whole blocks");
+    }
+    let e = desc(planned.writer.to_bytes(|_, _| {})).unwrap_err();
+    assert_eq!(
+        e,
+        "test.gguf: tensor blk.0.post_attention_norm.weight: architecture llama does not use it (2 unexpected \
+         tensor(s): blk.0.post_attention_norm.weight, blk.0.post_ffw_norm.weight); is the pack's \
+         general.architecture right?"
+    );
+}

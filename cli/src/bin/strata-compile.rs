@@ -186,8 +186,17 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Inspect { pack, json, tensor, dequant } => {
-            let pack = Pack::open(&pack)?;
+        Command::Inspect { pack: path, json, tensor, dequant } => {
+            let pack = match Pack::open(&path) {
+                Ok(pack) => pack,
+                Err(e) => {
+                    // Show what could be read before the damage, then fail with it.
+                    if let Ok((version, metadata)) = strata_compiler::pack::read_metadata(&path) {
+                        print!("{}", inspect::metadata_text(version, &metadata));
+                    }
+                    return Err(e.into());
+                }
+            };
             if let (Some(name), Some(path)) = (tensor, dequant) {
                 let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
                 let mut out = BufWriter::new(file);

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::rmsnorm::norm_checks;
+use super::rmsnorm::{float_literal_check, norm_checks};
 use super::{Checker, KernelOp, Parts, block_per_row, buffer, c_float, fixed_len, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{MAX_ROWS, NORM_THREADS};
 use crate::plan::{Dim, Elem, KernelRecord, Options};
@@ -65,6 +65,7 @@ impl KernelOp for AddRmsNorm {
 
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
         norm_checks(k, c, self.n);
+        float_literal_check(c, "epsilon", self.eps);
         if self.q8 && !self.n.is_multiple_of(32) {
             c.fail("row length", self.n.to_string(), "its int8 quants are whole 32-element chunks".into());
         }

@@ -99,6 +99,7 @@ impl KernelOp for Attention {
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let Attention { heads, kv_heads, head_dim, block, .. } = *self;
         let l = &k.launch;
+        super::rmsnorm::float_literal_check(c, "score scale", self.scale);
         if kv_heads == 0 || heads % kv_heads != 0 {
             c.fail("query heads per KV head", format!("{heads}/{kv_heads}"), "they must divide evenly".into());
         }

@@ -77,6 +77,7 @@ impl KernelOp for AttentionPrefill {
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let AttentionPrefill { heads, kv_heads, head_dim, .. } = *self;
         let l = &k.launch;
+        super::rmsnorm::float_literal_check(c, "score scale", self.scale);
         if kv_heads == 0 || heads % kv_heads != 0 {
             c.fail("query heads per KV head", format!("{heads}/{kv_heads}"), "they must divide evenly".into());
         }

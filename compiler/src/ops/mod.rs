@@ -416,6 +416,32 @@ mod tests {
         }
     }
 
+    /// Constants rendered as C float literals are refused by the check when not finite
+    /// and positive, so `NaNf` / `inff` never reach clang.
+    #[test]
+    fn non_finite_float_constants_are_refused() {
+        let target = Target::load("sm_90").expect("known");
+        for bad in [f32::NAN, f32::INFINITY, 0.0, -1e-5] {
+            let ops: [Op; 4] = [
+                RmsNorm { n: 4096, eps: bad, qk: None }.into(),
+                AddRmsNorm { n: 4096, eps: bad, q8: true, experts: 8 }.into(),
+                Attention { heads: 32, kv_heads: 8, head_dim: 128, scale: bad, block: 16, sparse: false }.into(),
+                AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: bad }.into(),
+            ];
+            for op in ops {
+                let options = Options::default();
+                let k = rules::kernel_with(op, &target, &options);
+                let plan = crate::plan::Plan { target: target.name.clone(), options, kernels: vec![k.clone()] };
+                let errors = crate::check::check(&plan, &target);
+                assert!(
+                    errors.iter().any(|e| e.limit.contains("a finite value above 0")),
+                    "{} with {bad}: {errors:?}",
+                    k.name
+                );
+            }
+        }
+    }
+
     #[test]
     fn c_floats_read_back_exactly() {
         for v in [1e-5f32, 1e-6, 0.125, 1.0 / 8f32.sqrt(), 100_000.0] {

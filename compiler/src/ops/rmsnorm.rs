@@ -52,6 +52,7 @@ impl KernelOp for RmsNorm {
 
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
         norm_checks(k, c, self.n);
+        float_literal_check(c, "epsilon", self.eps);
         c.extents.push(("w", u64::from(if self.qk.is_some() { 2 * self.n } else { self.n })));
     }
 
@@ -65,6 +66,15 @@ impl KernelOp for RmsNorm {
             "n": n, "eps": c_float(eps), "per_thread": n.div_ceil(k.launch.threads),
             "qk": qk.is_some(), "q_heads": qk.map_or(0, |[q, _]| q), "period": qk.map_or(1, |[q, k]| q + k),
         })
+    }
+}
+
+/// A constant rendered into a kernel as a C float literal must be finite and positive:
+/// `NaNf` or `inff` would reach clang as an undeclared name (the model description
+/// refuses such values first; this keeps any other caller from emitting them).
+pub(crate) fn float_literal_check(c: &mut Checker, what: &str, v: f32) {
+    if !(v.is_finite() && v > 0.0) {
+        c.fail(what, v.to_string(), "a finite value above 0".into());
     }
 }
 

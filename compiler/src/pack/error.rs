@@ -2,9 +2,11 @@
 
 use std::path::PathBuf;
 
-/// A pack that cannot be used, and why.
+/// A pack that cannot be used, and why. File, key and tensor names are printed with
+/// control characters escaped: they come from the file, and a name holding a newline
+/// must not forge a line of output.
 #[derive(Debug, thiserror::Error)]
-#[error("{}: {kind}", file.display())]
+#[error("{}: {kind}", escaped(&file.display().to_string()))]
 pub struct PackError {
     /// The file (shard) at fault.
     pub file: PathBuf,
@@ -39,6 +41,15 @@ pub enum PackErrorKind {
         /// File length.
         len: u64,
     },
+    /// The tensor table is whole but the data section ends early: a download or copy
+    /// cut short.
+    #[error("the file is truncated: its tensor table needs {expected} bytes, but the file has {actual}")]
+    TruncatedFile {
+        /// File size the tensor table implies.
+        expected: u64,
+        /// Actual file size.
+        actual: u64,
+    },
     /// A count in the header that the rest of the file cannot hold.
     #[error("{what}: count {count} cannot fit in the {left} bytes left after offset {at}")]
     Count {
@@ -60,7 +71,7 @@ pub enum PackErrorKind {
         at: u64,
     },
     /// A metadata key with a bad value.
-    #[error("key {key}: {what}")]
+    #[error("key {}: {what}", escaped(key))]
     Key {
         /// The key.
         key: String,
@@ -68,7 +79,7 @@ pub enum PackErrorKind {
         what: String,
     },
     /// A tensor that is malformed, misplaced, or wrong for the architecture.
-    #[error("tensor {name}: {what}")]
+    #[error("tensor {}: {what}", escaped(name))]
     Tensor {
         /// The tensor's name.
         name: String,
@@ -78,6 +89,24 @@ pub enum PackErrorKind {
     /// Anything else about the file as a whole (shard sets, architecture).
     #[error("{0}")]
     Pack(String),
+}
+
+/// `s` with control and other non-printing characters (and backslashes) escaped as
+/// Rust's `escape_debug` writes them, printable Unicode and quotes kept: how every name
+/// read from a file is printed.
+pub fn escaped(s: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| c == '"' || c == '\'' || c.escape_debug().len() == 1;
+    if s.chars().all(plain) {
+        return s.into();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match plain(c) {
+            true => out.push(c),
+            false => out.extend(c.escape_debug()),
+        }
+    }
+    out.into()
 }
 
 impl PackErrorKind {

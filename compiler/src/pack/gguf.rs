@@ -73,9 +73,16 @@ pub struct GgufFile {
     pub data_offset: u64,
 }
 
-/// Parses and validates a whole GGUF file held in `bytes`.
-pub fn parse(bytes: &[u8]) -> Result<GgufFile, PackErrorKind> {
+/// Parses the header and metadata only: what `inspect` can still show of a file whose
+/// tensor table or data is damaged or cut short.
+pub fn parse_metadata(bytes: &[u8]) -> Result<(u32, Metadata), PackErrorKind> {
     let mut c = Cursor { buf: bytes, pos: 0 };
+    let (version, _, metadata) = head(&mut c)?;
+    Ok((version, metadata))
+}
+
+/// Header and metadata: version, tensor count and the key-value table.
+fn head(c: &mut Cursor<'_>) -> Result<(u32, u64, Metadata), PackErrorKind> {
     let magic = c.take(4, &|| "magic".into())?;
     if magic != MAGIC {
         return Err(PackErrorKind::Magic([magic[0], magic[1], magic[2], magic[3]]));
@@ -103,6 +110,13 @@ pub fn parse(bytes: &[u8]) -> Result<GgufFile, PackErrorKind> {
             return Err(PackErrorKind::key(&key, "appears twice"));
         }
     }
+    Ok((version, n_tensors, metadata))
+}
+
+/// Parses and validates a whole GGUF file held in `bytes`.
+pub fn parse(bytes: &[u8]) -> Result<GgufFile, PackErrorKind> {
+    let mut c = Cursor { buf: bytes, pos: 0 };
+    let (version, n_tensors, metadata) = head(&mut c)?;
 
     let alignment = match metadata.get("general.alignment") {
         None => DEFAULT_ALIGNMENT,
@@ -126,6 +140,9 @@ pub fn parse(bytes: &[u8]) -> Result<GgufFile, PackErrorKind> {
     let data_offset = data_offset.next_multiple_of(alignment);
 
     let len = bytes.len() as u64;
+    if let Some(expected) = tight_end(&tensors, data_offset, alignment).filter(|&end| end > len) {
+        return Err(PackErrorKind::TruncatedFile { expected, actual: len });
+    }
     for t in &mut tensors {
         let start = data_offset.checked_add(t.offset);
         match start.and_then(|s| s.checked_add(t.bytes)) {
@@ -144,6 +161,19 @@ pub fn parse(bytes: &[u8]) -> Result<GgufFile, PackErrorKind> {
     }
     check_names_and_overlaps(&tensors)?;
     Ok(GgufFile { version, alignment, metadata, tensors, data_offset })
+}
+
+/// Where the data section ends when the tensors lie one after another as writers lay
+/// them out (their aligned sizes add up to the span of their offsets); `None` for a
+/// table whose offsets are scattered, whose damage is a bad offset rather than a cut.
+fn tight_end(tensors: &[TensorInfo], data_offset: u64, alignment: u64) -> Option<u64> {
+    let mut end = 0u64;
+    let mut sum = 0u64;
+    for t in tensors {
+        end = end.max(t.offset.checked_add(t.bytes)?);
+        sum = sum.checked_add(t.bytes.checked_next_multiple_of(alignment)?)?;
+    }
+    (end <= sum).then(|| data_offset.checked_add(end)).flatten()
 }
 
 /// Refuses duplicate names and tensors whose data ranges overlap.

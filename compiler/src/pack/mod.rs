@@ -6,8 +6,8 @@ mod gguf;
 mod value;
 mod write;
 
-pub use error::{PackError, PackErrorKind};
-pub use gguf::{DEFAULT_ALIGNMENT, GgufFile, MAX_DIMS, TensorInfo, parse};
+pub use error::{PackError, PackErrorKind, escaped};
+pub use gguf::{DEFAULT_ALIGNMENT, GgufFile, MAX_DIMS, TensorInfo, parse, parse_metadata};
 pub use value::{Array, Metadata, Value, ValueType};
 pub use write::{Fill, GgufWriter, TensorSpec};
 
@@ -85,6 +85,15 @@ impl Pack {
         let mut parts = vec![(shard, parsed)];
         for index in 2..=name.count {
             let path = name.path(index);
+            if !path.exists() {
+                let file = path.file_name().map_or_else(|| path.display().to_string(), |f| f.display().to_string());
+                return Err(PackErrorKind::Pack(format!(
+                    "shard {index} of {} is missing: expected {} beside the first shard",
+                    name.count,
+                    escaped(&file)
+                ))
+                .in_file(&first));
+            }
             let shard = Shard::open(&path)?;
             let parsed = gguf::parse(&shard.bytes).map_err(|k| k.in_file(&path))?;
             parts.push((shard, parsed));
@@ -112,8 +121,10 @@ impl Pack {
                 let of = parsed.metadata.u64("split.count").map_err(in_file)?;
                 if no != Some(index as u64) || of != Some(count as u64) {
                     return Err(in_file(PackErrorKind::Pack(format!(
-                        "expected shard {} of {count} (split.no = {index}), found split.no = {no:?}, split.count = {of:?}",
-                        index + 1
+                        "expected shard {} of {count} (split.no = {index}), found split.no = {}, split.count = {}",
+                        index + 1,
+                        or_absent(no),
+                        or_absent(of)
                     ))));
                 }
             }
@@ -131,7 +142,7 @@ impl Pack {
             if expected != Some(tensors.len() as u64) {
                 return Err(PackErrorKind::key(
                     "split.tensors.count",
-                    format!("is {expected:?}, but the {count} shards hold {} tensors", tensors.len()),
+                    format!("is {}, but the {count} shards hold {} tensors", or_absent(expected), tensors.len()),
                 )
                 .in_file(&first));
             }
@@ -206,6 +217,18 @@ impl Pack {
     pub fn error(&self, kind: PackErrorKind) -> PackError {
         kind.in_file(self.path())
     }
+}
+
+/// A key's number, or `absent`: never Rust's `Some(0)` in a message.
+fn or_absent(v: Option<u64>) -> String {
+    v.map_or_else(|| "absent".into(), |v| v.to_string())
+}
+
+/// The GGUF version and metadata of the file at `path`, read even where its tensor
+/// table or data is damaged or cut short (for `inspect` beside the error).
+pub fn read_metadata(path: &Path) -> Result<(u32, Metadata), PackError> {
+    let shard = Shard::open(path)?;
+    gguf::parse_metadata(&shard.bytes).map_err(|k| k.in_file(path))
 }
 
 impl Shard {

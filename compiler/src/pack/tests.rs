@@ -197,7 +197,10 @@ fn tensor_table_errors_name_the_tensor() {
         (Raw::new().tensor("a", &[32], 4, 0).data(64), "tensor a: unknown ggml type id 4"),
         (Raw::new().tensor("a", &[48], 2, 0).data(64), "row length 48 is not a multiple of the Q4_0 block size 32"),
         (Raw::new().tensor("a", &[32], 2, 16).data(64), "not a multiple of the alignment 32"),
-        (Raw::new().tensor("a", &[32, 100], 2, 0).data(64), "runs past the end of the file"),
+        (
+            Raw::new().tensor("a", &[32, 100], 2, 0).data(64),
+            "the file is truncated: its tensor table needs 1896 bytes, but the file has 160",
+        ),
         (Raw::new().tensor("a", &[32], 2, u64::MAX - 31).data(64), "runs past the end"),
         (Raw::new().tensor("a", &[32, 0], 2, 0).data(64), "dimension 1 is zero"),
         (Raw::new().tensor("a", &[1, 1, 1, 1, 1], 0, 0).data(64), "5 dimensions"),
@@ -259,7 +262,12 @@ fn split_packs_open_as_one_from_any_shard() {
     // A missing shard is named.
     std::fs::remove_file(&paths[1]).expect("removed");
     let e = Pack::open(&paths[0]).unwrap_err().to_string();
-    assert!(e.contains("m-00002-of-00003.gguf") && e.contains("cannot read"), "{e}");
+    assert!(
+        e.ends_with(
+            "m-00001-of-00003.gguf: shard 2 of 3 is missing: expected m-00002-of-00003.gguf beside the first shard"
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -271,7 +279,10 @@ fn split_sets_that_do_not_belong_together_are_refused() {
     // Replace shard 2 with shard 1 of another set: split.no is then wrong.
     std::fs::copy(&paths[0], &paths[1]).expect("copied");
     let e = Pack::open(&paths[0]).unwrap_err().to_string();
-    assert!(e.contains("m-00002-of-00002.gguf: expected shard 2 of 2"), "{e}");
+    assert!(
+        e.ends_with("m-00002-of-00002.gguf: expected shard 2 of 2 (split.no = 1), found split.no = 0, split.count = 2"),
+        "{e}"
+    );
     // A split pack renamed so its shards cannot be found.
     let lone = dir.path().join("renamed.gguf");
     w.write_split(&dir.path().join("n"), 2, |_, _| {}).expect("written");
@@ -289,4 +300,33 @@ fn io_errors_name_the_file() {
     std::fs::write(&empty, b"").expect("written");
     let e = Pack::open(&empty).unwrap_err().to_string();
     assert!(e.contains("empty.gguf: magic: needs 4 bytes at offset 0"), "{e}");
+}
+
+/// Names read from the file print with control characters escaped: a tensor or key name
+/// holding a newline cannot forge an output line.
+#[test]
+fn names_print_with_control_characters_escaped() {
+    let e = err(&Raw::new().tensor("a\nerror: forged\u{1b}[2J", &[32], 4, 0).data(64));
+    assert!(e.contains("tensor a\\nerror: forged\\u{1b}[2J: unknown ggml type id 4"), "{e:?}");
+    assert!(!e.contains('\n') && !e.contains('\u{1b}'), "{e:?}");
+    let kind = PackErrorKind::key("k\r\n", "bad");
+    assert_eq!(kind.to_string(), "key k\\r\\n: bad");
+    assert_eq!(PackErrorKind::key("日本語 'q' \"x\"", "bad").to_string(), "key 日本語 'q' \"x\": bad");
+}
+
+/// A file cut short in its data is called truncated, with both sizes, and its metadata
+/// can still be read.
+#[test]
+fn truncated_files_are_named_and_keep_their_metadata() {
+    let mut w = GgufWriter::new();
+    small_pack(&mut w);
+    let bytes = w.to_bytes(|_, _| {});
+    let whole = parse(&bytes).expect("valid");
+    let end = whole.tensors.iter().map(|t| t.offset + t.bytes).max().expect("tensors");
+    let cut = &bytes[..bytes.len() - 100];
+    let e = parse(cut).unwrap_err().to_string();
+    assert_eq!(e, format!("the file is truncated: its tensor table needs {end} bytes, but the file has {}", cut.len()));
+    let (version, metadata) = crate::pack::parse_metadata(cut).expect("the header is whole");
+    assert_eq!(version, 3);
+    assert_eq!(metadata.str("general.architecture"), Ok(Some("test")));
 }

@@ -4,6 +4,7 @@
 //! are written for clarity and bit-exactness with ggml (same arithmetic, same order of
 //! float operations, no fused multiply-adds), not for speed.
 
+mod finite;
 mod float;
 #[rustfmt::skip]
 pub mod grids;
@@ -12,6 +13,7 @@ mod kquants;
 mod legacy;
 mod random;
 
+pub use finite::{NonFinite, first_non_finite};
 pub use iquants::IQ4NL_VALUES;
 pub use random::{random_blocks, random_floats};
 

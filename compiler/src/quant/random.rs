@@ -11,7 +11,7 @@ use GgmlType as G;
 
 /// Byte offsets of the fp16 scale fields in one block (IQ1_M keeps its scale in the
 /// top nibbles of its scale words and is handled apart).
-fn scale_fields(ty: GgmlType) -> &'static [usize] {
+pub(super) fn scale_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         G::Q4_0
         | G::Q5_0
@@ -33,7 +33,7 @@ fn scale_fields(ty: GgmlType) -> &'static [usize] {
 }
 
 /// Stores fp16 `bits` as the block's scale(s).
-fn set_scale(ty: GgmlType, block: &mut [u8], bits: u16) {
+pub(super) fn set_scale(ty: GgmlType, block: &mut [u8], bits: u16) {
     if ty == G::IQ1_M {
         for i in 0..4 {
             let at = 48 + 2 * i;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use strata_compiler::forward::{At, Buf, Compiled, FfnShape, LayerShape, Pass, Step, Value, Weight as Role};
 use strata_compiler::ops::{ExpertInput, Op};
-use strata_compiler::plan::Tuning;
+use strata_compiler::plan::{KernelRecord, Tuning};
 use strata_compiler::quant::GgmlType;
 
 pub use strata_compiler::forward::Logits;
@@ -75,32 +75,45 @@ impl Model {
             }
         };
         for step in steps.iter() {
-            match step {
-                Step::Launch { op, args, scalars } => {
-                    let spec = self.kernels.get(op)?;
-                    let mut named = Vec::with_capacity(args.len() + scalars.len());
-                    for (name, at) in args {
-                        named.push((*name, self.bind(*at, ids)?));
-                    }
-                    for (name, value) in scalars {
-                        named.push((*name, Arg::U32(self.value(*value))));
-                    }
-                    self.backend.call(&spec, &named)?;
-                }
-                Step::PlaceExperts(layer) => {
-                    let route = self.s.route;
-                    let Some(x) = self.experts.as_mut() else {
-                        return Err(RunError::Other("experts were not loaded".into()));
-                    };
-                    x.prepare_layer(self.backend.as_mut(), *layer, route)?;
-                }
-            }
+            self.run_step(step, ids)?;
         }
         Ok(())
     }
 
+    /// The steps of the pass of `t` tokens with `logits` (as [`Model::enqueue`] made them
+    /// for a dense pass), if one was made.
+    pub(super) fn pass_steps(&self, t: u32, logits: Logits) -> Option<Arc<[Step]>> {
+        self.passes.get(&(t, logits, None)).cloned()
+    }
+
+    /// Queues one step of a pass; a launch's kernel record is returned.
+    pub(super) fn run_step(&mut self, step: &Step, ids: BufferId) -> Result<Option<KernelRecord>, RunError> {
+        match step {
+            Step::Launch { op, args, scalars } => {
+                let spec = self.kernels.get(op)?;
+                let mut named = Vec::with_capacity(args.len() + scalars.len());
+                for (name, at) in args {
+                    named.push((*name, self.bind(*at, ids)?));
+                }
+                for (name, value) in scalars {
+                    named.push((*name, Arg::U32(self.value(*value))));
+                }
+                self.backend.call(&spec, &named)?;
+                Ok(Some(spec))
+            }
+            Step::PlaceExperts(layer) => {
+                let route = self.s.route;
+                let Some(x) = self.experts.as_mut() else {
+                    return Err(RunError::Other("experts were not loaded".into()));
+                };
+                x.prepare_layer(self.backend.as_mut(), *layer, route)?;
+                Ok(None)
+            }
+        }
+    }
+
     /// The model's buffer a step names (`ids`: the pass's token ids).
-    fn bind(&self, at: At, ids: BufferId) -> Result<Arg, RunError> {
+    pub(super) fn bind(&self, at: At, ids: BufferId) -> Result<Arg, RunError> {
         let s = &self.s;
         let missing =
             || RunError::Other(format!("the forward pass names {:?}, which this model does not have", at.buf));
@@ -164,7 +177,7 @@ impl Model {
     }
 
     /// A scalar a step leaves to the runtime.
-    fn value(&self, v: Value) -> u32 {
+    pub(super) fn value(&self, v: Value) -> u32 {
         match v {
             Value::Count(n) => n,
             Value::Ctx => self.n_ctx,

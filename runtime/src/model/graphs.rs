@@ -15,6 +15,9 @@ impl Model {
     /// Decodes one token and returns the greedy next token, reading back only its id.
     /// The step is captured on first use and replayed after.
     pub fn decode_greedy(&mut self, token: u32) -> Result<u32, RunError> {
+        if self.checked {
+            return Ok(self.checked_greedy(&[token])?[0]);
+        }
         let slot = self.slot;
         self.room(1)?;
         // The step reads its token from where the last argmax left it: when it is that
@@ -39,6 +42,9 @@ impl Model {
         if let [token] = tokens {
             return Ok(vec![self.decode_greedy(*token)?]);
         }
+        if self.checked {
+            return self.checked_greedy(tokens);
+        }
         let t = self.room(tokens.len())?;
         self.upload_ids(tokens)?;
         self.replay_step(t, true)?;
@@ -53,6 +59,10 @@ impl Model {
     /// Runs a verify window as [`Model::verify_greedy`] does and returns every row of
     /// logits (for sampling).
     pub fn verify_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, RunError> {
+        if self.checked {
+            self.forward(tokens, Logits::All)?;
+            return self.logits(tokens.len() as u32);
+        }
         let t = self.room(tokens.len())?;
         self.upload_ids(tokens)?;
         self.replay_step(t, false)?;

@@ -13,12 +13,15 @@
 //! (`forward.rs`); this module keeps the model itself, its loading and the small public
 //! API. The benchmarks of its kernels are in [`crate::bench`].
 
+mod budget;
+mod checked;
 pub mod experts;
 mod forward;
 mod graphs;
 mod kv;
 pub mod qsa;
 mod rope;
+mod scan;
 mod scratch;
 mod upload;
 mod weights;
@@ -29,6 +32,7 @@ use std::sync::Arc;
 pub use experts::{CacheSize, ExpertOptions, ExpertStats, Placement, Policy};
 pub use forward::Logits;
 pub use qsa::QsaConfig;
+pub use scan::check_finite;
 
 use experts::Experts;
 pub(crate) use kv::Cache;
@@ -83,6 +87,10 @@ pub struct Model {
     on_device: Option<(usize, u32)>,
     /// Mixture-of-experts packs: the experts' pools and cache.
     experts: Option<Experts>,
+    /// Whether greedy picks refuse non-finite logits (see `checked.rs`).
+    checked: bool,
+    /// Tokens and logits of the last `forward`, which a checked run replays.
+    last_pass: Option<(u32, Logits)>,
 }
 
 impl Model {
@@ -109,12 +117,16 @@ impl Model {
             return Err(RunError::Other("context, window and slots must be at least 1".into()));
         }
         let total: u64 = pack.tensors().iter().map(|t| t.bytes).sum();
-        let b = backend.as_mut();
-        let mut up = Uploader { pack, done: 0, total, progress };
-        let Weights { embed, output_norm, output, layers } = Weights::upload(&mut up, b, &kernels, &desc)?;
         let block = kernels
             .qsa_block()
             .ok_or_else(|| RunError::Other("the kernels have no rope_store, so no KV block size".into()))?;
+        // Before anything is allocated: a context too large for memory is an error, not
+        // an abort halfway through the upload.
+        budget::check_context(&desc, n_ctx, block, slots, total, budget::Budget::of(&backend.info()))?;
+        check_finite(pack)?;
+        let b = backend.as_mut();
+        let mut up = Uploader { pack, done: 0, total, progress };
+        let Weights { embed, output_norm, output, layers } = Weights::upload(&mut up, b, &kernels, &desc)?;
         let n_blocks = n_ctx.div_ceil(block) as usize;
         let ops = Forward::new(&desc, block);
         let chunk = match desc.experts.is_none() && kernels.has(&ops.attention_prefill()) {
@@ -124,7 +136,7 @@ impl Model {
         let s = Scratch::alloc(b, &mut kernels, &desc, &ops, window, chunk, n_ctx, n_blocks)?;
         let (cache_bytes, summary_bytes) = Cache::sizes(&desc, n_ctx, n_blocks);
         let caches = Cache::alloc_slots(b, slots, desc.layers, cache_bytes, summary_bytes)?;
-        let table = rope::table(n_ctx, desc.rope_dims, desc.rope_base);
+        let table = rope::table(n_ctx, desc.rope_dims, desc.rope_base)?;
         b.write(s.cos_sin, 0, &table)?;
         let experts = match desc.experts {
             Some(_) => {
@@ -177,6 +189,8 @@ impl Model {
             graphs: HashMap::new(),
             on_device: None,
             experts,
+            checked: false,
+            last_pass: None,
         })
     }
 
@@ -271,6 +285,7 @@ impl Model {
         self.enqueue(self.s.ids, t, logits, false)?;
         self.end_pass(t)?;
         self.pos[self.slot] += t;
+        self.last_pass = Some((t, logits));
         Ok(())
     }
 
@@ -294,6 +309,9 @@ impl Model {
 
     /// The greedy tokens of the logits rows left by the last forward pass.
     pub fn argmax(&mut self, rows: u32) -> Result<Vec<u32>, RunError> {
+        if self.checked {
+            self.check_logits(rows)?;
+        }
         self.enqueue_argmax(rows)?;
         let mut out = vec![0u8; rows as usize * 4];
         self.backend.read(self.s.next, 0, &mut out)?;
@@ -304,8 +322,9 @@ impl Model {
 
     /// Reads `rows` rows of logits left by the last forward pass.
     pub fn logits(&mut self, rows: u32) -> Result<Vec<f32>, RunError> {
-        let mut out = vec![0u8; rows as usize * self.desc.vocab as usize * 4];
-        self.backend.read(self.s.logits, 0, &mut out)?;
-        Ok(out.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        if self.checked {
+            self.check_logits(rows)?;
+        }
+        self.read_logits(rows)
     }
 }

@@ -228,6 +228,9 @@ fn array<'a, T>(
     }
 }
 
+/// The key holding the vocabulary.
+const TOKENS: &str = "tokenizer.ggml.tokens";
+
 /// Checks that a per-token array covers every token.
 fn covers(key: &str, len: usize, n: usize) -> Result<(), TokenizerError> {
     if len < n {
@@ -239,7 +242,24 @@ fn covers(key: &str, len: usize, n: usize) -> Result<(), TokenizerError> {
 impl Tokenizer {
     /// Reads the tokenizer from the pack's metadata, following llama.cpp's defaults for
     /// whatever the pack leaves out.
+    ///
+    /// The vocabulary is checked against the embedding first: an id past
+    /// `token_embd.weight`'s rows has no embedding to look up, and a corrupt count (30 M
+    /// empty tokens) would otherwise be expanded into names and an index before any
+    /// other check could refuse it.
     pub fn from_pack(pack: &Pack) -> Result<Tokenizer, TokenizerError> {
+        if let (Some(embd), Ok(Some(tokens))) = (pack.tensor("token_embd.weight"), pack.metadata().array(TOKENS)) {
+            let rows = embd.shape.get(1).copied().unwrap_or(0);
+            if tokens.len() as u64 > rows {
+                return Err(TokenizerError::Invalid {
+                    key: TOKENS.into(),
+                    what: format!(
+                        "holds {} tokens, but token_embd.weight has only {rows} rows (at most {rows} tokens)",
+                        tokens.len()
+                    ),
+                });
+            }
+        }
         Self::from_metadata(pack.metadata())
     }
 

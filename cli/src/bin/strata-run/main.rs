@@ -232,6 +232,10 @@ struct OpenArgs {
     /// --expert-cache auto, the experts get what the rest leaves.
     #[arg(long, value_name = "MIB")]
     vram_budget: Option<u64>,
+    /// Refuse greedy tokens from NaN or infinite logits, naming the first layer that
+    /// produced one (decoding runs uncaptured). On by itself with `--checked` artifacts.
+    #[arg(long)]
+    checked: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -301,6 +305,7 @@ fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOption
             policy: args.expert_policy,
             vram_budget_mib: args.vram_budget,
         },
+        checked: args.checked,
     }
 }
 

@@ -97,6 +97,16 @@ impl Cpu {
     }
 }
 
+/// `bytes` zeros, or an error naming the size where the allocator refuses: `vec![0;
+/// n]` would abort the process instead.
+fn zeroed(bytes: usize) -> Result<Vec<u8>, RunError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(bytes)
+        .map_err(|e| RunError::Other(format!("cannot allocate a {bytes}-byte buffer in host memory: {e}")))?;
+    v.resize(bytes, 0);
+    Ok(v)
+}
+
 impl Backend for Cpu {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
@@ -114,7 +124,7 @@ impl Backend for Cpu {
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<BufferId, RunError> {
-        self.buffers.push(vec![0; bytes]);
+        self.buffers.push(zeroed(bytes)?);
         Ok(BufferId(self.buffers.len() - 1))
     }
 
@@ -175,7 +185,7 @@ impl Backend for Cpu {
     }
 
     fn alloc_host(&mut self, bytes: usize) -> Result<HostId, RunError> {
-        self.host.push(vec![0; bytes]);
+        self.host.push(zeroed(bytes)?);
         Ok(HostId(self.host.len() - 1))
     }
 

@@ -3,6 +3,12 @@
 //! Keys follow llama.cpp's naming (`{arch}.block_count`, `{arch}.attention.head_count`,
 //! ...); defaults are the ones llama.cpp applies when a key is absent.
 
+mod limits;
+
+pub use limits::{
+    MAX_CONTEXT, MAX_EXPERTS, MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_RMS_EPS, MAX_ROPE_BASE, MAX_WIDTH,
+};
+
 use serde::Serialize;
 
 use crate::ops::RopeStyle;
@@ -172,14 +178,10 @@ impl ModelDesc {
                 .ok_or_else(|| err(PackErrorKind::key(&name, format!("missing (required for architecture {arch})"))))
         };
         let optional_u32 = |k: &str| m.u32(&key(k)).map_err(err);
-        let nonzero = |k: &str, v: u32| -> Result<u32, PackError> {
-            if v == 0 {
-                return Err(err(PackErrorKind::key(&key(k), "must be at least 1")));
-            }
-            Ok(v)
-        };
+        // A required or optional integer key, checked against its range.
+        let ranged = |k: &str, v: u32, lo: u32, hi: u32| limits::int_in(&key(k), v, lo, hi).map_err(err);
 
-        let layers = nonzero("block_count", required_u32("block_count")?)?;
+        let layers = ranged("block_count", required_u32("block_count")?, 1, MAX_LAYERS)?;
         // Every layer has tensors of its own: a count beyond the table is corrupt, and
         // refusing it here keeps the expected-tensor list bounded by the file.
         if layers as usize > pack.tensors().len() {
@@ -188,9 +190,10 @@ impl ModelDesc {
                 format!("{layers} layers, but the pack has only {} tensors", pack.tensors().len()),
             )));
         }
-        let embd = nonzero("embedding_length", required_u32("embedding_length")?)?;
-        let heads = nonzero("attention.head_count", required_u32("attention.head_count")?)?;
-        let kv_heads = nonzero("attention.head_count_kv", kv_heads(pack, &key("attention.head_count_kv"), heads)?)?;
+        let embd = ranged("embedding_length", required_u32("embedding_length")?, 1, MAX_WIDTH)?;
+        let heads = ranged("attention.head_count", required_u32("attention.head_count")?, 1, MAX_HEADS)?;
+        let kv_heads =
+            ranged("attention.head_count_kv", kv_heads(pack, &key("attention.head_count_kv"), heads)?, 1, MAX_HEADS)?;
         if heads % kv_heads != 0 {
             return Err(err(PackErrorKind::key(
                 &key("attention.head_count_kv"),
@@ -198,7 +201,7 @@ impl ModelDesc {
             )));
         }
         let head_dim_k = match optional_u32("attention.key_length")? {
-            Some(v) => nonzero("attention.key_length", v)?,
+            Some(v) => v,
             None if embd % heads == 0 => embd / heads,
             None => {
                 return Err(err(PackErrorKind::key(
@@ -207,7 +210,9 @@ impl ModelDesc {
                 )));
             }
         };
+        let head_dim_k = ranged("attention.key_length", head_dim_k, 1, MAX_HEAD_DIM)?;
         let head_dim_v = optional_u32("attention.value_length")?.unwrap_or(head_dim_k);
+        let head_dim_v = ranged("attention.value_length", head_dim_v, 1, MAX_HEAD_DIM)?;
         let rope_dims = optional_u32("rope.dimension_count")?.unwrap_or(head_dim_k);
         if rope_dims > head_dim_k || rope_dims % 2 != 0 {
             return Err(err(PackErrorKind::key(
@@ -215,28 +220,35 @@ impl ModelDesc {
                 format!("{rope_dims} must be even and at most the head length {head_dim_k}"),
             )));
         }
-        let rope_base = m.f64(&key("rope.freq_base")).map_err(err)?.unwrap_or(10_000.0) as f32;
+        let base_key = key("rope.freq_base");
+        let rope_base =
+            limits::positive_in(&base_key, m.f64(&base_key).map_err(err)?.unwrap_or(10_000.0), MAX_ROPE_BASE)
+                .map_err(err)?;
         let eps_key = key("attention.layer_norm_rms_epsilon");
-        let rms_eps =
-            m.f64(&eps_key).map_err(err)?.ok_or_else(|| {
-                err(PackErrorKind::key(&eps_key, format!("missing (required for architecture {arch})")))
-            })? as f32;
-        let context = required_u32("context_length")?;
+        let rms_eps = m
+            .f64(&eps_key)
+            .map_err(err)?
+            .ok_or_else(|| err(PackErrorKind::key(&eps_key, format!("missing (required for architecture {arch})"))))?;
+        let rms_eps = limits::positive_in(&eps_key, rms_eps, MAX_RMS_EPS).map_err(err)?;
+        let context = ranged("context_length", required_u32("context_length")?, 1, MAX_CONTEXT)?;
         let ffn = if family.is_moe() {
-            optional_u32("feed_forward_length")?.unwrap_or(0)
+            match optional_u32("feed_forward_length")? {
+                Some(v) => ranged("feed_forward_length", v, 0, MAX_WIDTH)?,
+                None => 0,
+            }
         } else {
-            nonzero("feed_forward_length", required_u32("feed_forward_length")?)?
+            ranged("feed_forward_length", required_u32("feed_forward_length")?, 1, MAX_WIDTH)?
         };
         let experts = if family.is_moe() {
-            let count = nonzero("expert_count", required_u32("expert_count")?)?;
-            let used = nonzero("expert_used_count", required_u32("expert_used_count")?)?;
+            let count = ranged("expert_count", required_u32("expert_count")?, 1, MAX_EXPERTS)?;
+            let used = ranged("expert_used_count", required_u32("expert_used_count")?, 1, MAX_EXPERTS)?;
             if used > count {
                 return Err(err(PackErrorKind::key(
                     &key("expert_used_count"),
                     format!("{used} is more than expert_count {count}"),
                 )));
             }
-            let ffn = nonzero("expert_feed_forward_length", required_u32("expert_feed_forward_length")?)?;
+            let ffn = ranged("expert_feed_forward_length", required_u32("expert_feed_forward_length")?, 1, MAX_WIDTH)?;
             Some(Experts { count, used, ffn })
         } else {
             None
@@ -333,8 +345,37 @@ impl ModelDesc {
 
     /// Checks that every expected tensor is present with its shape and a type strata
     /// can compute with.
+    /// Tensors the family does not use are refused by name: a pack of another family
+    /// relabelled (a Gemma 3 pack as `llama`) would otherwise run without its extra
+    /// norms and print plausible garbage.
     pub fn check_tensors(&self, pack: &Pack) -> Result<(), PackError> {
-        for expected in self.expected_tensors() {
+        let expected = self.expected_tensors();
+        self.check_expected(pack, &expected)?;
+        let known: std::collections::HashSet<&str> = expected.iter().map(|t| t.name.as_str()).collect();
+        let extra: Vec<&str> =
+            pack.tensors().iter().map(|t| t.name.as_str()).filter(|name| !known.contains(name)).collect();
+        if let Some(first) = extra.first() {
+            let shown: Vec<String> = extra.iter().take(4).map(|n| n.escape_debug().to_string()).collect();
+            let more = if extra.len() > shown.len() {
+                format!(" and {} more", extra.len() - shown.len())
+            } else {
+                String::new()
+            };
+            return Err(pack.error(PackErrorKind::tensor(
+                first,
+                format!(
+                    "architecture {} does not use it ({} unexpected tensor(s): {}{more}); is the pack's general.architecture right?",
+                    self.family.arch(),
+                    extra.len(),
+                    shown.join(", ")
+                ),
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_expected(&self, pack: &Pack, expected: &[ExpectedTensor]) -> Result<(), PackError> {
+        for expected in expected {
             let err = |what: String| pack.error(PackErrorKind::tensor(&expected.name, what));
             let Some(t) = pack.tensor(&expected.name) else {
                 return Err(err(format!(
