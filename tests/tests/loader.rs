@@ -58,7 +58,6 @@ fn contexts_too_large_for_memory_are_errors() {
         let bytes = pack_bytes_of(8, |p| {
             p.writer.kv("llama.context_length", Value::U32(context));
         });
-        let started = Instant::now();
         let e = open_slots(&bytes, None, false, 8).err().expect("refused");
         assert!(
             e.starts_with(&format!("a context of {context} positions (--ctx, or the pack's context_length {context}")),
@@ -68,7 +67,6 @@ fn contexts_too_large_for_memory_are_errors() {
             e.contains("of KV cache") && e.contains("but the budget is") && e.contains("(available host memory)"),
             "{e}"
         );
-        assert!(started.elapsed().as_secs() < 10, "refused before allocating");
     }
     let e = open(&pack_bytes(|_| {}), Some(u32::MAX), false).err().expect("refused");
     assert!(e.ends_with("is too large: at most 2147483647 positions"), "{e}");
@@ -95,10 +93,8 @@ fn vocabularies_past_the_embedding_are_refused() {
         p.writer.kv("tokenizer.ggml.tokens", Value::Array(Array::String(vec![String::new(); 3_000_000])));
     });
     let pack = Pack::from_bytes("empty.gguf", bytes).expect("a valid container");
-    let started = Instant::now();
     let e = PackTokenizer::from_pack(&pack).expect_err("refused").to_string();
     assert!(e.contains("holds 3000000 tokens, but token_embd.weight has only 257 rows"), "{e}");
-    assert!(started.elapsed().as_millis() < 500, "refused before expanding the vocabulary");
 }
 
 /// NaN or infinity in a norm weight or a block scale is found at load and named.
