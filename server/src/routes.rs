@@ -189,6 +189,12 @@ fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<
     if prompt.is_empty() {
         return Err(ApiError::field(param, "the prompt has no tokens"));
     }
+    if len >= n_ctx {
+        return Err(ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::field(param, format!("the prompt ({len} tokens) fills the context of {n_ctx} tokens"))
+        });
+    }
     let max_tokens = match req.max_tokens {
         Some(m) if len + m > n_ctx => {
             return Err(ApiError::field(
@@ -197,12 +203,6 @@ fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<
             ));
         }
         Some(m) => m,
-        None if len >= n_ctx => {
-            return Err(ApiError {
-                code: Some("context_length_exceeded"),
-                ..ApiError::field(param, format!("the prompt ({len} tokens) fills the context of {n_ctx} tokens"))
-            });
-        }
         None => n_ctx - len,
     };
     Ok((req, prompt, max_tokens))
