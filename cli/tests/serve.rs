@@ -1,137 +1,18 @@
 //! `strata-run serve` over a real socket, on the CPU with the default model: the
 //! OpenAI-compatible routes, streaming, exact usage, stop strings, concurrency,
 //! cancellation by disconnect, authentication, health during load, and a 4xx with an
-//! OpenAI-style error for every kind of bad input.
+//! OpenAI-style error for every kind of bad input. Limits, timeouts, chat-turn forgery
+//! and the graceful stop are in `serve_limits.rs`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-/// A running server, killed on drop.
-struct Server {
-    child: Child,
-    client: Client,
-    lines: std::sync::mpsc::Receiver<String>,
-}
+mod serve_harness;
 
-/// Talks HTTP/1.1 to the server.
-#[derive(Clone, Copy)]
-struct Client {
-    port: u16,
-}
-
-impl std::ops::Deref for Server {
-    type Target = Client;
-    fn deref(&self) -> &Client {
-        &self.client
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    /// Starts `strata-run serve` on a free port and waits for `wait_for` (`listening` or `ready`).
-    fn start(extra: &[&str], env: &[(&str, &str)], wait_for: &str) -> Option<Server> {
-        let model = strata_tests::smollm2()?;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata-run"));
-        cmd.args([
-            "serve",
-            "--pack",
-            model.to_str().expect("utf-8"),
-            "--backend",
-            "cpu",
-            "--port",
-            "0",
-            "--ctx",
-            "256",
-        ])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let mut server = Server { child, client: Client { port: 0 }, lines };
-        server.wait_for("listening");
-        if wait_for == "ready" {
-            server.wait_for("ready");
-        }
-        Some(server)
-    }
-
-    fn wait_for(&mut self, what: &str) {
-        let line = self.lines.recv_timeout(Duration::from_secs(120)).expect("the server says what it does");
-        assert!(line.starts_with(what), "expected {what}, got {line}");
-        let port = line.rsplit(':').next().and_then(|p| p.trim_end_matches("/v1").parse().ok()).expect("a port");
-        self.client.port = port;
-    }
-}
-
-impl Client {
-    fn call(&self, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> (u16, String) {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connects");
-        s.set_read_timeout(Some(Duration::from_secs(300))).expect("timeout");
-        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
-        for (k, v) in headers {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        if let Some(b) = body {
-            req.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len()));
-        }
-        req.push_str("\r\n");
-        req.push_str(body.unwrap_or(""));
-        s.write_all(req.as_bytes()).expect("sends");
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).expect("reads");
-        let raw = String::from_utf8_lossy(&raw).into_owned();
-        let (head, body) = raw.split_once("\r\n\r\n").expect("a response");
-        let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status");
-        let body =
-            if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.into() };
-        (status, body)
-    }
-
-    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let (status, text) = self.call("POST", path, Some(&body.to_string()), &[]);
-        (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON body: {text}")))
-    }
-
-    /// The `data:` payloads of a streamed response.
-    fn stream(&self, path: &str, body: &Value) -> Vec<String> {
-        let (status, text) = self.call("POST", path, Some(&body.to_string()), &[]);
-        assert_eq!(status, 200, "{text}");
-        text.lines().filter_map(|l| l.strip_prefix("data: ")).map(str::to_owned).collect()
-    }
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].strip_prefix("\r\n").unwrap_or(&rest[n..]);
-    }
-    out
-}
+use serve_harness::Server;
 
 const PROMPT: &str = "The capital of France is";
 
@@ -284,6 +165,27 @@ fn bad_input_gets_an_openai_style_4xx() {
         ("/v1/chat/completions", json!({ "messages": [{ "role": "robot", "content": "x" }] }).to_string(), 400, "role"),
         ("/v1/chat/completions", json!({ "messages": [{ "role": "user", "content": 5 }] }).to_string(), 400, "content"),
         ("/v1/completions", json!({ "prompt": PROMPT, "max_tokens": -1 }).to_string(), 400, "max_tokens"),
+        (
+            "/v1/completions",
+            json!({ "prompt": PROMPT, "max_tokens": 0 }).to_string(),
+            400,
+            "'max_tokens' must be at least 1",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({ "messages": [{ "role": "user", "content": "hi" }], "max_completion_tokens": 0 }).to_string(),
+            400,
+            "'max_completion_tokens' must be at least 1",
+        ),
+        // Too many tokens for the context, and (before any tokenizing) too many bytes.
+        ("/v1/completions", json!({ "prompt": "a ".repeat(300) }).to_string(), 400, "fills the context of 256"),
+        ("/v1/completions", json!({ "prompt": "a".repeat(1 << 20) }).to_string(), 400, "more than fit the context"),
+        (
+            "/v1/chat/completions",
+            json!({ "messages": [{ "role": "user", "content": "a".repeat(1 << 20) }] }).to_string(),
+            400,
+            "more than fit the context",
+        ),
         ("/v1/completions", json!({ "prompt": PROMPT, "temperature": "hot" }).to_string(), 400, "temperature"),
         ("/v1/completions", json!({ "prompt": PROMPT, "temperature": 9 }).to_string(), 400, "between 0 and 2"),
         ("/v1/completions", json!({ "prompt": PROMPT, "n": 2 }).to_string(), 400, "n = 2 is not supported"),
@@ -298,17 +200,40 @@ fn bad_input_gets_an_openai_style_4xx() {
         ("/v1/completions", json!({ "prompt": PROMPT, "model": "gpt-9" }).to_string(), 404, "does not exist"),
         ("/v1/nothing", "{}".into(), 404, "no such route"),
     ];
+    let error = |body: &str, text: &str| -> Value {
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|_| panic!("{body}: JSON error body, got {text}"));
+        assert!(v["error"]["type"].is_string(), "{text}");
+        v["error"].clone()
+    };
     for (path, body, want, says) in cases {
         let (status, text) = server.call("POST", path, Some(&body), &[]);
-        assert_eq!(status, want, "{path} {body}: {text}");
-        let v: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{body}: JSON error body, got {text}"));
-        let message = v["error"]["message"].as_str().unwrap_or_default();
-        assert!(message.contains(says), "{body}: {message}");
-        assert!(v["error"]["type"].is_string(), "{text}");
+        let short = &body[..body.len().min(200)];
+        assert_eq!(status, want, "{path} {short}: {text}");
+        let e = error(short, &text);
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{short}: {message}");
+        if message.contains("context") && !message.contains("max_tokens") {
+            // Prompt-size errors name the field that holds the prompt.
+            let field = if path == "/v1/completions" { "prompt" } else { "messages" };
+            assert_eq!(e["param"], field, "{text}");
+            assert_eq!(e["code"], "context_length_exceeded", "{text}");
+        }
     }
     let big = format!("{{\"prompt\": \"{}\"}}", "a".repeat(5 << 20));
-    let (status, _) = server.call("POST", "/v1/completions", Some(&big), &[]);
+    let (status, text) = server.call("POST", "/v1/completions", Some(&big), &[]);
     assert_eq!(status, 413, "a body over the limit");
+    assert!(error("5 MiB", &text)["message"].as_str().unwrap_or_default().contains("limit"), "{text}");
+    for (method, path) in [("GET", "/v1/completions"), ("DELETE", "/v1/models"), ("POST", "/health")] {
+        let (status, text) = server.call(method, path, None, &[]);
+        assert_eq!(status, 405, "{method} {path}: {text}");
+        error(path, &text);
+    }
+    let (status, text) = server.call("GET", "/v1/models/SmolLM2-135M-Instruct.Q4_1", None, &[]);
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(serde_json::from_str::<Value>(&text).expect("JSON")["id"], "SmolLM2-135M-Instruct.Q4_1");
+    let (status, text) = server.call("GET", "/v1/models/gpt-9", None, &[]);
+    assert_eq!(status, 404, "{text}");
+    assert_eq!(error("gpt-9", &text)["code"], "model_not_found");
     let (status, _) = server.call("GET", "/health", None, &[]);
     assert_eq!(status, 200, "still serving after all that");
 }
@@ -330,4 +255,31 @@ fn api_key_and_health_while_loading() {
     assert_eq!(status, 401);
     let (status, _) = server.call("GET", "/v1/models", None, &[("Authorization", "Bearer sesame")]);
     assert_eq!(status, 200);
+    // The scheme in any case; the key exactly.
+    for scheme in ["bearer", "BEARER", "BeArEr"] {
+        let auth = format!("{scheme} sesame");
+        let (status, _) = server.call("GET", "/v1/models", None, &[("Authorization", &auth)]);
+        assert_eq!(status, 200, "{auth}");
+    }
+    for wrong in ["Bearer Sesame", "Bearer sesame2", "Bearer sesam", "Basic sesame", "sesame", "Bearer"] {
+        let (status, _) = server.call("GET", "/v1/models", None, &[("Authorization", wrong)]);
+        assert_eq!(status, 401, "{wrong}");
+    }
+    // /metrics is behind the key; /health is not.
+    let (status, body) = server.call("GET", "/metrics", None, &[]);
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = server.call("GET", "/metrics", None, &[("Authorization", "Bearer sesame")]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("strata_requests_total"), "{body}");
+    let (status, _) = server.call("GET", "/v1/models/SmolLM2-135M-Instruct.Q4_1", None, &[]);
+    assert_eq!(status, 401);
+}
+
+#[test]
+fn a_public_address_without_a_key_is_warned_about() {
+    let Some(server) = Server::start_capturing(&["--host", "0.0.0.0"], "listening") else { return };
+    let errors = server.errors.as_ref().expect("captured");
+    let warned = std::iter::from_fn(|| errors.recv_timeout(Duration::from_secs(60)).ok())
+        .any(|line| line.contains("warning") && line.contains("without --api-key"));
+    assert!(warned, "no warning about serving 0.0.0.0 without a key");
 }

@@ -42,13 +42,25 @@ impl Stats {
 /// Reads `tokens` into the KV cache in chunks of the model's widest pass, leaving the
 /// last token's logits.
 pub fn prefill(s: &mut Session, tokens: &[u32]) -> Result<(), RunError> {
-    let chunk = s.model.chunk() as usize;
-    let chunks: Vec<&[u32]> = tokens.chunks(chunk).collect();
-    for (i, chunk) in chunks.iter().enumerate() {
-        let last = i + 1 == chunks.len();
-        s.model.forward(chunk, if last { Logits::Last } else { Logits::None })?;
+    let mut read = 0;
+    while read < tokens.len() {
+        read = prefill_chunk(s, tokens, read)?;
     }
     Ok(())
+}
+
+/// Reads the next chunk of `tokens` after the `read` already in the KV cache and returns
+/// how many are read now; the last chunk leaves the last token's logits. A caller that
+/// serves several sequences calls it once a turn, so that a long prompt can be abandoned
+/// (client gone) and other sequences step between its chunks.
+pub fn prefill_chunk(s: &mut Session, tokens: &[u32], read: usize) -> Result<usize, RunError> {
+    let chunk = (s.model.chunk() as usize).max(1);
+    let end = read.saturating_add(chunk).min(tokens.len());
+    let Some(part) = tokens.get(read..end).filter(|p| !p.is_empty()) else {
+        return Err(RunError::Other(format!("no prompt tokens after {read} of {}", tokens.len())));
+    };
+    s.model.forward(part, if end == tokens.len() { Logits::Last } else { Logits::None })?;
+    Ok(end)
 }
 
 /// Generates up to `max_tokens` after `prompt` (a new sequence), speculatively where

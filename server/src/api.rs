@@ -33,6 +33,19 @@ impl ApiError {
     }
 }
 
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    /// A body that could not be read (over the limit: 413; stalled: 400) as a JSON error.
+    fn from(rejection: axum::extract::rejection::BytesRejection) -> ApiError {
+        let status = rejection.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "the request body is over the server's limit (--body-limit)".to_owned()
+        } else {
+            format!("the request body could not be read: {}", rejection.body_text())
+        };
+        ApiError::new(status, message, None)
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let kind = match self.status {
@@ -165,8 +178,13 @@ pub fn parse(body: &[u8], chat: bool) -> Result<Request, ApiError> {
         };
     }
     let max_tokens = match integer(&o, "max_completion_tokens", u64::from(u32::MAX))? {
-        Some(v) => Some(v as usize),
-        None => integer(&o, "max_tokens", u64::from(u32::MAX))?.map(|v| v as usize),
+        Some(v) => Some(("max_completion_tokens", v)),
+        None => integer(&o, "max_tokens", u64::from(u32::MAX))?.map(|v| ("max_tokens", v)),
+    };
+    // OpenAI rejects 0 too; generating nothing would still cost a prompt pass.
+    let max_tokens = match max_tokens {
+        Some((key, 0)) => return Err(ApiError::field(key, format!("'{key}' must be at least 1"))),
+        other => other.map(|(_, v)| v as usize),
     };
     let stop = match o.get("stop") {
         None | Some(Value::Null) => Vec::new(),

@@ -1,8 +1,11 @@
 //! The engine: one thread owns the model and serves up to `slots` sequences at once, one
-//! token per sequence per turn (a fair round robin), with a first-come queue beyond
-//! that. A request whose client went away is dropped before its next token. With
-//! speculative decoding a step may yield several tokens; they are passed on one a turn
-//! before the next step.
+//! step per sequence per turn (a fair round robin), with a first-come queue beyond
+//! that. A step is one prompt chunk (`--prefill` tokens) while a prompt is read, then
+//! one token: a long prompt holds the other slots for one chunk a turn, not for its
+//! whole length. A request whose client went away is dropped before its next chunk or
+//! token, and a queued one as soon as the engine looks at its queue. With speculative
+//! decoding a step may yield several tokens; they are passed on one a turn before the
+//! next step.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -16,6 +19,7 @@ use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher, top_k};
 use strata_runtime::session::Session;
 use strata_runtime::speculative::Speculator;
 use strata_runtime::tokenizer::StreamDecoder;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metrics::Metrics;
@@ -34,6 +38,9 @@ pub struct Job {
     pub logprobs: Option<usize>,
     /// Where events go; dropped by the client side when it disconnects.
     pub events: UnboundedSender<Event>,
+    /// The request's place among those admitted (slots plus queue), given back when the
+    /// job is dropped.
+    pub admission: OwnedSemaphorePermit,
 }
 
 /// A log-probability report for one generated token.
@@ -98,6 +105,8 @@ struct Active {
     /// Prompt and generated tokens.
     history: Vec<u32>,
     generated: Vec<u32>,
+    /// Prompt tokens read into this slot's KV cache so far.
+    read: usize,
     /// Tokens computed but not yet reported (the model has read all but the last);
     /// empty before the prompt is read.
     pending: VecDeque<(u32, Option<TokenLogprob>)>,
@@ -117,6 +126,7 @@ impl Active {
             stops: StopMatcher::new(job.stop.clone()),
             history: job.prompt.clone(),
             generated: Vec::new(),
+            read: 0,
             pending: VecDeque::new(),
             spec,
             started: Instant::now(),
@@ -154,6 +164,8 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
                 Err(TryRecvError::Disconnected) => break,
             }
         }
+        // Queued requests whose clients went away give their places back now.
+        waiting.retain(|job| !job.events.is_closed());
         for slot in slots.iter_mut().filter(|s| s.is_none()) {
             while let Some(job) = waiting.pop_front() {
                 if !job.events.is_closed() {
@@ -187,20 +199,28 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
     }
 }
 
-/// One turn of one request: reads the prompt on its first turn, then reports one token
-/// and computes the next. Returns whether the request is over.
+/// One turn of one request: reads one chunk of the prompt while there is one left (the
+/// last chunk picks the first token), then reports one token and computes the next.
+/// Returns whether the request is over.
 fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Result<bool, RunError> {
     if a.job.events.is_closed() {
         return Ok(true); // the client went away
     }
     s.model.select(slot)?;
-    let Some((token, logprob)) = a.pending.pop_front() else {
-        s.model.reset();
-        generate::prefill(s, &a.job.prompt)?;
-        let first = pick(s, a)?;
-        a.pending.push_back(first);
-        metrics.prompt_tokens(a.job.prompt.len(), a.started.elapsed());
+    if a.read < a.job.prompt.len() {
+        if a.read == 0 {
+            s.model.reset();
+        }
+        a.read = generate::prefill_chunk(s, &a.job.prompt, a.read)?;
+        if a.read == a.job.prompt.len() {
+            let first = pick(s, a)?;
+            a.pending.push_back(first);
+            metrics.prompt_tokens(a.job.prompt.len(), a.started.elapsed());
+        }
         return Ok(false);
+    }
+    let Some((token, logprob)) = a.pending.pop_front() else {
+        return Err(RunError::Other("the engine lost its next token".into()));
     };
     if s.tokenizer.is_eog(token) {
         a.finish(Finish::Stop);

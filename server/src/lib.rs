@@ -2,12 +2,16 @@
 //!
 //! The socket is bound first and answers `/health` with 503 while the model loads; the
 //! engine thread (see [`engine`]) owns the model and serves `--parallel` sequences; the
-//! handlers parse and validate requests ([`api`]), tokenize them, queue them, and turn
-//! engine events into JSON responses or server-sent events.
+//! handlers admit a request (slots plus `--queue`, else 503), parse, validate and
+//! tokenize it on a blocking thread ([`api`], [`prompt`]), queue it, and turn engine
+//! events into JSON responses or server-sent events. [`http`] bounds connections and
+//! stops gracefully on SIGTERM.
 
 pub mod api;
 pub mod engine;
+pub mod http;
 pub mod metrics;
+mod prompt;
 mod routes;
 
 use std::net::SocketAddr;
@@ -18,6 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use strata_runtime::session::{self, Event, OpenOptions};
 use strata_runtime::tokenizer::Tokenizer;
 use strata_runtime::watchdog::Watchdog;
+use tokio::sync::Semaphore;
 
 use crate::engine::Job;
 use crate::metrics::Metrics;
@@ -37,6 +42,12 @@ pub struct Config {
     pub api_key: Option<String>,
     /// Largest request body, bytes.
     pub body_limit: usize,
+    /// Requests admitted beyond the slots; more get 503 with `Retry-After`.
+    pub max_queue: usize,
+    /// Parse special-token text in `/v1/completions` prompts (trusted clients only).
+    pub parse_special: bool,
+    /// Connection limits, timeouts and the graceful stop.
+    pub limits: http::Limits,
 }
 
 /// What the handlers need once the model is loaded.
@@ -44,6 +55,8 @@ struct Ready {
     jobs: Mutex<std::sync::mpsc::Sender<Job>>,
     tokenizer: Arc<Tokenizer>,
     n_ctx: u32,
+    /// Prompts longer than this cannot fit the context ([`prompt::max_prompt_bytes`]).
+    max_prompt_bytes: usize,
 }
 
 /// Shared by every handler.
@@ -53,6 +66,9 @@ struct State {
     ready: OnceLock<Ready>,
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
+    /// One permit per request in a slot or queued.
+    admission: Arc<Semaphore>,
+    parse_special: bool,
 }
 
 /// Why the server could not start or stopped.
@@ -74,14 +90,22 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// Serves until the process ends. `say` hears `listening: URL` once the socket is bound
-/// and `ready: URL/v1` once the model serves; a load failure ends `serve` with an error.
+/// Serves until SIGTERM or Ctrl-C, then stops gracefully (see [`http`]). `say` hears
+/// `listening: URL` once the socket is bound and `ready: URL/v1` once the model serves;
+/// a load failure ends `serve` with an error.
 pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -> Result<(), ServeError> {
+    let say = Arc::new(say);
+    let stop = http::stop_signal()?;
     let addr = format!("{}:{}", config.host, config.port);
     let listener =
         tokio::net::TcpListener::bind(&addr).await.map_err(|source| ServeError::Bind { addr: addr.clone(), source })?;
     let local: SocketAddr = listener.local_addr()?;
     let url = format!("http://{local}");
+    if !local.ip().is_loopback() && config.api_key.is_none() {
+        eprintln!(
+            "warning: listening on {local} without --api-key: anyone who can reach this address can use the model"
+        );
+    }
     say(&format!("listening: {url}"));
     let model_id = config.pack.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
     let state = Arc::new(State {
@@ -90,6 +114,8 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
         ready: OnceLock::new(),
         metrics: Arc::new(Metrics::default()),
         next_id: AtomicU64::new(1),
+        admission: Arc::new(Semaphore::new(config.open.slots.max(1).saturating_add(config.max_queue))),
+        parse_special: config.parse_special,
     });
 
     // The first failure of the start ends `serve`: the loader's error, or the watchdog's
@@ -104,6 +130,7 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
     let stalled = fail.clone();
     let dog = Watchdog::start(config.open.startup_timeout, move |stall| stalled(stall.to_string()));
     let loader_state = Arc::clone(&state);
+    let loader_say = Arc::clone(&say);
     std::thread::Builder::new().name("strata-engine".into()).spawn(move || {
         if let Ok(ms) = std::env::var("STRATA_TEST_LOAD_DELAY_MS") {
             // Test hook: keeps the server in its loading state for a while.
@@ -122,8 +149,9 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
                 let tokenizer = Arc::clone(&session.tokenizer);
                 let (jobs, queue) = std::sync::mpsc::channel();
                 let n_ctx = session.model.n_ctx();
-                let _ = loader_state.ready.set(Ready { jobs: Mutex::new(jobs), tokenizer, n_ctx });
-                say(&format!("ready: {url}/v1"));
+                let max_prompt_bytes = prompt::max_prompt_bytes(&tokenizer, n_ctx);
+                let _ = loader_state.ready.set(Ready { jobs: Mutex::new(jobs), tokenizer, n_ctx, max_prompt_bytes });
+                loader_say(&format!("ready: {url}/v1"));
                 engine::run(session, queue, Arc::clone(&loader_state.metrics));
             }
             Err(e) => fail(e.to_string()),
@@ -131,9 +159,14 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
     })?;
 
     let app = routes::router(Arc::clone(&state), config.body_limit);
-    let server = axum::serve(listener, app).into_future();
+    let served = http::serve(listener, app, config.limits, stop, &*say);
     tokio::select! {
-        result = server => result.map_err(ServeError::Io),
+        cut = served => {
+            if cut > 0 {
+                eprintln!("stopped after --shutdown-timeout with {cut} connection(s) still open");
+            }
+            Ok(())
+        }
         Ok(message) = failed_rx => Err(ServeError::Load(message)),
     }
 }

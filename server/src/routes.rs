@@ -1,5 +1,6 @@
 //! HTTP routes: health, metrics, models, chat and plain completions (JSON or SSE), with
-//! bearer authentication on `/v1/*` and a body size limit.
+//! bearer authentication on `/v1/*` and `/metrics`, a body size limit, and every error
+//! (404, 405, 413, 503 included) a JSON body in OpenAI's shape.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -9,43 +10,56 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State as Extract};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request as HttpRequest, State as Extract};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use strata_runtime::chat;
+use subtle::ConstantTimeEq;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::State;
 use crate::api::{self, ApiError};
 use crate::engine::{Event, Finish, Job, TokenLogprob};
+use crate::prompt;
 
 type Shared = Arc<State>;
 
 /// The application.
 pub(crate) fn router(state: Shared, body_limit: usize) -> Router {
-    let v1 = Router::new()
-        .route("/models", get(models))
-        .route("/chat/completions", post(chat_completions))
-        .route("/completions", post(completions))
+    let keyed = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&state), authorize));
     Router::new()
         .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .nest("/v1", v1)
+        .merge(keyed)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route", None) })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "this route does not take that method", None)
+        })
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
+}
+
+/// Whether `header` is `Bearer KEY` (the scheme in any case, as RFC 7235 has it), the
+/// key compared in constant time so that timing does not reveal how much of it matched.
+fn bearer_matches(header: Option<&str>, key: &str) -> bool {
+    let Some((scheme, given)) = header.and_then(|h| h.trim().split_once(' ')) else { return false };
+    scheme.eq_ignore_ascii_case("bearer") && bool::from(given.trim().as_bytes().ct_eq(key.as_bytes()))
 }
 
 async fn authorize(Extract(state): Extract<Shared>, request: HttpRequest, next: Next) -> Response {
     if let Some(key) = &state.api_key {
         let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if given.and_then(|v| v.strip_prefix("Bearer ")) != Some(key.as_str()) {
+        if !bearer_matches(given, key) {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "a valid API key is required (Authorization: Bearer KEY)",
@@ -69,73 +83,66 @@ async fn metrics(Extract(state): Extract<Shared>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render()).into_response()
 }
 
+fn model_json(id: &str) -> Value {
+    json!({ "id": id, "object": "model", "created": 0, "owned_by": "strata" })
+}
+
 async fn models(Extract(state): Extract<Shared>) -> Response {
-    Json(json!({ "object": "list", "data": [{
-        "id": state.model_id, "object": "model", "created": 0, "owned_by": "strata",
-    }]}))
+    Json(json!({ "object": "list", "data": [model_json(&state.model_id)] })).into_response()
+}
+
+async fn model(Extract(state): Extract<Shared>, Path(id): Path<String>) -> Response {
+    if id == state.model_id {
+        return Json(model_json(&id)).into_response();
+    }
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: format!("the model '{id}' does not exist; this server serves '{}'", state.model_id),
+        param: Some("model".into()),
+        code: Some("model_not_found"),
+    }
     .into_response()
 }
 
-async fn chat_completions(Extract(state): Extract<Shared>, body: Bytes) -> Response {
+async fn chat_completions(Extract(state): Extract<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
     complete(state, body, true).await.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn completions(Extract(state): Extract<Shared>, body: Bytes) -> Response {
+async fn completions(Extract(state): Extract<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
     complete(state, body, false).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// 503 for a full queue: the client may retry after a second.
+fn busy() -> Response {
+    let mut response =
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the server is busy: every slot and queue place is taken", None)
+            .into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    response
 }
 
 fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// Parses, validates, tokenizes and queues a request; answers with JSON or SSE.
-async fn complete(state: Shared, body: Bytes, chat: bool) -> Result<Response, ApiError> {
+/// Admits a request (or answers 503), then parses, validates and tokenizes it on a
+/// blocking thread, queues it, and answers with JSON or SSE.
+async fn complete(state: Shared, body: Result<Bytes, BytesRejection>, chat: bool) -> Result<Response, ApiError> {
+    let body = body?;
     let Some(ready) = state.ready.get() else {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "loading the model", None));
     };
-    let req = api::parse(&body, chat)?;
-    if let Some(m) = &req.model
-        && *m != state.model_id
-    {
-        return Err(ApiError {
-            status: StatusCode::NOT_FOUND,
-            message: format!("the model '{m}' does not exist; this server serves '{}'", state.model_id),
-            param: Some("model".into()),
-            code: Some("model_not_found"),
-        });
-    }
-    let t = &ready.tokenizer;
-    let text = if chat {
-        let template = t.chat_template().unwrap_or(chat::CHATML);
-        let token = |id: Option<u32>| id.map(|i| t.token_text(i).to_owned()).unwrap_or_default();
-        chat::render(template, &req.messages, true, &token(t.bos()), &token(t.eos()))
-            .map_err(|e| ApiError::field("messages", format!("the chat template failed: {e}")))?
-    } else {
-        req.prompt.clone()
+    let Ok(admission) = Arc::clone(&state.admission).try_acquire_owned() else {
+        return Ok(busy());
     };
-    let prompt = t.encode(&text, true);
-    let (n_ctx, len) = (ready.n_ctx as usize, prompt.len());
-    if prompt.is_empty() {
-        return Err(ApiError::field(if chat { "messages" } else { "prompt" }, "the prompt has no tokens"));
-    }
-    let max_tokens = match req.max_tokens {
-        Some(m) if len + m > n_ctx => {
-            return Err(ApiError::field(
-                "max_tokens",
-                format!("the prompt ({len} tokens) and max_tokens ({m}) exceed the context of {n_ctx} tokens"),
-            ));
-        }
-        Some(m) => m,
-        None if len >= n_ctx => {
-            return Err(ApiError::field(
-                "messages",
-                format!("the prompt ({len} tokens) fills the context of {n_ctx} tokens"),
-            ));
-        }
-        None => n_ctx - len,
-    };
+    let shared = Arc::clone(&state);
+    let prepared = tokio::task::spawn_blocking(move || prepare(&shared, &body, chat))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("preparing the request: {e}"), None))?;
+    let (req, prompt, max_tokens) = prepared?;
     let (events, rx) = unbounded_channel();
-    let job = Job { prompt, max_tokens, sampler: req.sampler, stop: req.stop, logprobs: req.logprobs, events };
+    let job =
+        Job { prompt, max_tokens, sampler: req.sampler, stop: req.stop, logprobs: req.logprobs, events, admission };
     ready
         .jobs
         .lock()
@@ -152,6 +159,53 @@ async fn complete(state: Shared, body: Bytes, chat: bool) -> Result<Response, Ap
         logprobs: req.logprobs.is_some(),
     };
     if req.stream { Ok(stream(reply, rx, req.include_usage).into_response()) } else { whole(reply, rx).await }
+}
+
+/// Parses and validates a request and reads its prompt into tokens: the prompt's bytes
+/// are bounded before the template and the tokenizer run, its tokens after. Returns the
+/// request, the prompt tokens and the most tokens to generate. Runs on a blocking
+/// thread: tokenizing a long prompt takes a while.
+fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<u32>, usize), ApiError> {
+    let Some(ready) = state.ready.get() else {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "loading the model", None));
+    };
+    let req = api::parse(body, chat)?;
+    if let Some(m) = &req.model
+        && *m != state.model_id
+    {
+        return Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("the model '{m}' does not exist; this server serves '{}'", state.model_id),
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+        });
+    }
+    let t = &ready.tokenizer;
+    let param = if chat { "messages" } else { "prompt" };
+    let bytes = if chat { req.messages.iter().map(|m| m.content.len()).sum() } else { req.prompt.len() };
+    prompt::check_bytes(param, bytes, ready.max_prompt_bytes, ready.n_ctx)?;
+    let prompt = if chat { prompt::chat_tokens(t, &req.messages)? } else { t.encode(&req.prompt, state.parse_special) };
+    let (n_ctx, len) = (ready.n_ctx as usize, prompt.len());
+    if prompt.is_empty() {
+        return Err(ApiError::field(param, "the prompt has no tokens"));
+    }
+    if len >= n_ctx {
+        return Err(ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::field(param, format!("the prompt ({len} tokens) fills the context of {n_ctx} tokens"))
+        });
+    }
+    let max_tokens = match req.max_tokens {
+        Some(m) if len + m > n_ctx => {
+            return Err(ApiError::field(
+                "max_tokens",
+                format!("the prompt ({len} tokens) and max_tokens ({m}) exceed the context of {n_ctx} tokens"),
+            ));
+        }
+        Some(m) => m,
+        None => n_ctx - len,
+    };
+    Ok((req, prompt, max_tokens))
 }
 
 /// What every response of one request shares.

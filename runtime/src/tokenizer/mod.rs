@@ -437,13 +437,21 @@ impl Tokenizer {
     /// is prepended only where the pack asks for one (`add_bos_token`, else llama.cpp's
     /// default for the tokenizer), EOS appended if `add_eos_token`.
     pub fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
+        self.encode_marked(text, parse_special, &[])
+    }
+
+    /// [`Tokenizer::encode`], except that no control token is parsed from text inside
+    /// the byte ranges `plain`: a chat prompt marks its messages' contents so that only
+    /// the template's own markup becomes control tokens, while text across a range's
+    /// edge is still encoded as one piece (the same ids as unmarked text otherwise).
+    pub fn encode_marked(&self, text: &str, parse_special: bool, plain: &[std::ops::Range<usize>]) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if self.add_bos
             && let Some(bos) = self.bos
         {
             out.push(bos);
         }
-        let fragments = self.partition(text, parse_special);
+        let fragments = self.partition(text, parse_special, plain);
         match &self.model {
             Model::Bpe(bpe) => {
                 for f in fragments {
@@ -482,16 +490,19 @@ impl Tokenizer {
     }
 
     /// Splits `text` at special tokens, longest token first, each at every occurrence
-    /// left to right. Without `parse_special` only user-defined tokens are matched.
-    fn partition<'t>(&self, text: &'t str, parse_special: bool) -> Vec<Fragment<'t>> {
+    /// left to right. Without `parse_special` only user-defined tokens are matched; a
+    /// control or unknown token's text overlapping a range of `plain` stays text.
+    fn partition<'t>(&self, text: &'t str, parse_special: bool, plain: &[std::ops::Range<usize>]) -> Vec<Fragment<'t>> {
+        let base = text.as_ptr() as usize;
         let mut fragments = if text.is_empty() { Vec::new() } else { vec![Fragment::Text(text)] };
         for &id in &self.specials {
             let a = self.vocab.attr(id);
-            if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
+            let control = a & (attr::CONTROL | attr::UNKNOWN) != 0;
+            if !parse_special && control {
                 continue;
             }
             let pattern = self.vocab.texts[id as usize].as_str();
-            if !fragments.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(pattern))) {
+            if pattern.is_empty() || !fragments.iter().any(|f| matches!(f, Fragment::Text(t) if t.contains(pattern))) {
                 continue;
             }
             let mut next = Vec::with_capacity(fragments.len() + 2);
@@ -500,7 +511,16 @@ impl Tokenizer {
                     next.push(f);
                     continue;
                 };
-                while let Some(at) = rest.find(pattern) {
+                let mut from = 0;
+                while let Some(found) = rest[from..].find(pattern) {
+                    let at = from + found;
+                    // Fragments are slices of `text`: this is the match's offset in it.
+                    let start = rest.as_ptr() as usize - base + at;
+                    if control && plain.iter().any(|r| start < r.end && r.start < start + pattern.len()) {
+                        from = at + rest[at..].chars().next().map_or(1, char::len_utf8);
+                        continue;
+                    }
+                    from = 0;
                     if at > 0 {
                         next.push(Fragment::Text(&rest[..at]));
                     }

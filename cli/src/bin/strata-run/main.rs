@@ -150,9 +150,29 @@ enum Command {
         /// Requests decoded at once (each has its own KV cache of --ctx positions).
         #[arg(long, default_value_t = 4)]
         parallel: usize,
-        /// Largest request body in bytes.
-        #[arg(long, default_value_t = 4 << 20, hide = true)]
+        /// Largest request body in bytes (larger: 413).
+        #[arg(long, default_value_t = 4 << 20)]
         body_limit: usize,
+        /// Requests queued for a slot beyond --parallel; more are answered 503 with
+        /// Retry-After.
+        #[arg(long, default_value_t = 64)]
+        queue: usize,
+        /// Connections served at once; more wait in the accept backlog. Keep it under
+        /// the open-file limit (`ulimit -n`).
+        #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
+        max_connections: u64,
+        /// Seconds a connection may take to send a request head or stay idle between
+        /// requests (also the longest pause inside a request body).
+        #[arg(long, default_value_t = 10.0, value_name = "S")]
+        header_timeout: f64,
+        /// Seconds in-flight requests may run on after SIGTERM or Ctrl-C before the
+        /// server exits anyway.
+        #[arg(long, default_value_t = 30.0, value_name = "S")]
+        shutdown_timeout: f64,
+        /// Parse special-token text (`<|im_start|>`...) in /v1/completions prompts as
+        /// control tokens. Only for trusted clients; chat messages are always plain text.
+        #[arg(long)]
+        parse_special: bool,
     },
     /// Self-tests every kernel of the artifacts on the device and prints a table.
     Selftest {
@@ -503,10 +523,33 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Serve { open: o, host, port, api_key, parallel, body_limit } => {
+        Command::Serve {
+            open: o,
+            host,
+            port,
+            api_key,
+            parallel,
+            body_limit,
+            queue,
+            max_connections,
+            header_timeout,
+            shutdown_timeout,
+            parse_special,
+        } => {
             if parallel == 0 {
                 bail!("--parallel must be at least 1");
             }
+            let seconds = |flag: &str, s: f64| {
+                Duration::try_from_secs_f64(s)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .with_context(|| format!("{flag} must be a positive number of seconds, not {s}"))
+            };
+            let limits = strata_server::http::Limits {
+                header_timeout: seconds("--header-timeout", header_timeout)?,
+                max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+                shutdown_timeout: seconds("--shutdown-timeout", shutdown_timeout)?,
+            };
             let config = strata_server::Config {
                 pack: o.pack.clone(),
                 open: open_options(&o, SelfTest::Auto, parallel),
@@ -514,12 +557,18 @@ fn run(cli: Cli) -> Result<()> {
                 port,
                 api_key,
                 body_limit,
+                max_queue: queue,
+                parse_special,
+                limits,
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(strata_server::serve(config, |line| {
+            let served = runtime.block_on(strata_server::serve(config, |line| {
                 println!("{line}");
                 let _ = std::io::stdout().flush();
-            }))?;
+            }));
+            // Tasks cut by --shutdown-timeout are not waited for.
+            runtime.shutdown_background();
+            served?;
             Ok(())
         }
         Command::Selftest { open: o } => {
