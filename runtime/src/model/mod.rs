@@ -117,12 +117,21 @@ impl Model {
             return Err(RunError::Other("context, window and slots must be at least 1".into()));
         }
         let total: u64 = pack.tensors().iter().map(|t| t.bytes).sum();
+        // Experts may stay in host memory (the expert cache streams them): only the rest
+        // must fit beside the context.
+        let experts: std::collections::HashSet<String> = desc
+            .expected_tensors()
+            .into_iter()
+            .filter(|t| t.role == strata_compiler::model::Role::Experts)
+            .map(|t| t.name)
+            .collect();
+        let resident: u64 = pack.tensors().iter().filter(|t| !experts.contains(&t.name)).map(|t| t.bytes).sum();
         let block = kernels
             .qsa_block()
             .ok_or_else(|| RunError::Other("the kernels have no rope_store, so no KV block size".into()))?;
         // Before anything is allocated: a context too large for memory is an error, not
         // an abort halfway through the upload.
-        budget::check_context(&desc, n_ctx, block, slots, total, budget::Budget::of(&backend.info()))?;
+        budget::check_context(&desc, n_ctx, block, slots, resident, budget::Budget::of(&backend.info()))?;
         check_finite(pack)?;
         let b = backend.as_mut();
         let mut up = Uploader { pack, done: 0, total, progress };
