@@ -226,7 +226,8 @@ pub fn build(module: &Module, target: &Target, tools: &Toolchain, dir: &Path) ->
         .map_err(|e| BuildError::Tool { tool: tools.clang.display().to_string(), message: e.to_string() })?;
     if !out.status.success() {
         let message = String::from_utf8_lossy(&out.stderr).into_owned();
-        return Err(BuildError::Compiler { kernel: first_error_kernel(&message), message: clip(&message, 40) });
+        let kernel = first_error_kernel(&message);
+        return Err(BuildError::Compiler { kernel, message: failure(&out.status, &message) });
     }
     let binary = std::fs::read(&output).map_err(io)?;
     let names: Vec<&str> = module.kernels.iter().map(|k| k.name.as_str()).collect();
@@ -250,6 +251,18 @@ fn first_error_kernel(stderr: &str) -> Option<String> {
     })
 }
 
+/// What to show of a failed clang run: its diagnostics from the first error on (the
+/// resource remarks asked of AMD builds come before it and are left out), or, where it
+/// printed none, how it ended (a signal: killed, e.g. for memory) and its last lines.
+fn failure(status: &std::process::ExitStatus, stderr: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().collect();
+    if let Some(first) = lines.iter().position(|l| l.contains("error:")) {
+        return clip(&lines[first..].join("\n"), 40);
+    }
+    let tail = &lines[lines.len().saturating_sub(10)..];
+    format!("clang ended with {status} and no error message; its last lines:\n{}", tail.join("\n"))
+}
+
 fn clip(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     if all.len() <= lines {
@@ -269,5 +282,17 @@ mod tests {
         let stderr = "gemv_q4_0_576x576_t4.cu:12:5: error: use of undeclared identifier 'x'\n   12 |     x = 1;\n";
         assert_eq!(first_error_kernel(stderr).as_deref(), Some("gemv_q4_0_576x576_t4"));
         assert_eq!(first_error_kernel("/tmp/o/module.cu:3:1: error: bad\n"), None);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn failures_show_the_first_error_or_how_clang_ended() {
+        use std::os::unix::process::ExitStatusExt;
+        let remarks = "k.hip:3:6: remark: Function Name: k\nk.hip:3:6: remark:     SGPRs: 16\n";
+        let failed = std::process::ExitStatus::from_raw(1 << 8);
+        let shown = failure(&failed, &format!("{remarks}k.hip:9:1: error: bad\n    9 | x\n"));
+        assert_eq!(shown, "k.hip:9:1: error: bad\n    9 | x");
+        let killed = failure(&std::process::ExitStatus::from_raw(9), remarks);
+        assert!(killed.starts_with("clang ended with signal: 9") && killed.ends_with("SGPRs: 16"), "{killed}");
     }
 }
