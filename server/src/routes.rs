@@ -307,6 +307,7 @@ fn logprobs_json(chat: bool, lps: &[TokenLogprob]) -> Value {
 
 /// Waits for the whole generation and answers with one JSON object.
 async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>, trace: &Trace) -> Result<Response, ApiError> {
+    trace.finish("disconnected"); // logged so if the client goes away before the answer
     let (mut text, mut lps) = (String::new(), Vec::new());
     while let Some(event) = rx.recv().await {
         match event {
