@@ -42,11 +42,12 @@ log=$(mktemp)
 server=$!
 trap 'kill "$server" 2>/dev/null || true; rm -f "$log"' EXIT
 for _ in $(seq 600); do
-    grep -q '^ready:' "$log" && break
+    grep -q 'ready: http://' "$log" && break
     kill -0 "$server" 2>/dev/null || { cat "$log"; exit 2; }
     sleep 0.5
 done
-port=$(sed -n 's|^ready: http://[^:]*:\([0-9]*\)/v1$|\1|p' "$log")
+# The start-up lines are log events on stderr: `... INFO ready: http://HOST:PORT/v1 (...)`.
+port=$(sed -n 's|.*ready: http://[^ ]*:\([0-9]*\)/v1.*|\1|p' "$log" | head -n 1)
 [ -n "$port" ] || { cat "$log"; echo "the server did not get ready" >&2; exit 2; }
 echo "server pid $server on port $port: $(head -c 200 "$log" | tr '\n' ' ')"
 

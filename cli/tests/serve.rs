@@ -1,7 +1,8 @@
 //! `strata-run serve` over a real socket, on the CPU with the default model: the
 //! OpenAI-compatible routes, streaming, exact usage, stop strings, concurrency,
-//! cancellation by disconnect, authentication, health during load, and a 4xx with an
-//! OpenAI-style error for every kind of bad input. Limits, timeouts, chat-turn forgery
+//! cancellation by disconnect, authentication (flag, file, environment), served model
+//! names, the request log (text and JSON), latency histograms, health during load, and a
+//! 4xx with an OpenAI-style error for every kind of bad input. Limits, timeouts, chat-turn forgery
 //! and the graceful stop are in `serve_limits.rs`.
 
 use std::io::{Read, Write};
@@ -197,7 +198,6 @@ fn bad_input_gets_an_openai_style_4xx() {
             400,
             "exceed the context of 256",
         ),
-        ("/v1/completions", json!({ "prompt": PROMPT, "model": "gpt-9" }).to_string(), 404, "does not exist"),
         ("/v1/nothing", "{}".into(), 404, "no such route"),
     ];
     let error = |body: &str, text: &str| -> Value {
@@ -277,9 +277,213 @@ fn api_key_and_health_while_loading() {
 
 #[test]
 fn a_public_address_without_a_key_is_warned_about() {
-    let Some(server) = Server::start_capturing(&["--host", "0.0.0.0"], "listening") else { return };
-    let errors = server.errors.as_ref().expect("captured");
-    let warned = std::iter::from_fn(|| errors.recv_timeout(Duration::from_secs(60)).ok())
-        .any(|line| line.contains("warning") && line.contains("without --api-key"));
-    assert!(warned, "no warning about serving 0.0.0.0 without a key");
+    let Some(server) = Server::start(&["--host", "0.0.0.0"], &[], "listening") else { return };
+    let warned =
+        server.log.wait_line(Duration::from_secs(60), |l| l.contains("WARN") && l.contains("without --api-key"));
+    assert!(warned.is_some(), "no warning about serving 0.0.0.0 without a key");
+}
+
+/// The `request` events of a JSON log for `route`.
+fn request_events(server: &Server, route: &str) -> Vec<Value> {
+    server.log.json().into_iter().filter(|v| v["message"] == "request" && v["route"] == route).collect()
+}
+
+#[test]
+fn json_request_log_request_ids_latency_histograms_and_any_model_name() {
+    let Some(server) = Server::start(&["--parallel", "1", "--log-format", "json"], &[], "ready") else { return };
+    let ready = server.log.wait_line(Duration::from_secs(1), |l| l.contains("ready: http://")).expect("ready");
+    let ready: Value = serde_json::from_str(&ready).expect("the start-up lines are JSON too");
+    assert_eq!(ready["level"], "INFO", "{ready}");
+
+    // Without --served-model-name any model name is answered (and echoed back).
+    let body = json!({ "model": "gpt-4o", "prompt": PROMPT, "max_tokens": 3, "temperature": 0 }).to_string();
+    let (status, head, text) =
+        server.exchange("POST", "/v1/completions", Some(&body), &[("X-Request-Id", "client-req-1")]);
+    assert_eq!(status, 200, "{text}");
+    assert!(head.contains("x-request-id: client-req-1\r\n"), "the client's id comes back: {head}");
+    let v: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(v["model"], "gpt-4o");
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+
+    // A streamed chat request, logged when its stream ends; an insane client id is replaced.
+    let chat = json!({
+        "messages": [{ "role": "user", "content": "Hi" }], "max_tokens": 4, "temperature": 0, "stream": true,
+        "stream_options": { "include_usage": true },
+    });
+    let (status, head, text) =
+        server.exchange("POST", "/v1/chat/completions", Some(&chat.to_string()), &[("x-request-id", "bad id\"")]);
+    assert_eq!(status, 200, "{text}");
+    let id = head.split("x-request-id: ").nth(1).and_then(|r| r.split("\r\n").next()).expect("an id").to_owned();
+    assert!(id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()), "a generated id: {id}");
+    let usage: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|c| c["usage"].is_object())
+        .expect("a usage chunk");
+    let (chat_prompt, chat_done) = (&usage["usage"]["prompt_tokens"], &usage["usage"]["completion_tokens"]);
+
+    // A request that fails validation is logged with its status and no tokens.
+    let (status, _) = server.call("POST", "/v1/completions", Some("{not json"), &[]);
+    assert_eq!(status, 400);
+    let (status, _) = server.call("GET", "/v1/models", None, &[]);
+    assert_eq!(status, 200);
+
+    let wait = |route: &str, n: usize| {
+        let start = Instant::now();
+        loop {
+            let events = request_events(&server, route);
+            if events.len() >= n {
+                return events;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "{n} request events for {route}: {events:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let completions = wait("/v1/completions", 2);
+    assert_eq!(completions.len(), 2, "{completions:?}");
+    let ok = completions.iter().find(|e| e["status"] == 200).expect("the 200");
+    assert_eq!(ok["request_id"], "client-req-1", "{ok}");
+    assert_eq!(ok["method"], "POST", "{ok}");
+    assert_eq!(ok["level"], "INFO", "{ok}");
+    assert_eq!(ok["prompt_tokens"], 5, "{ok}");
+    assert_eq!(ok["completion_tokens"], 3, "{ok}");
+    assert_eq!(ok["finish"], "length", "{ok}");
+    let (ttft, total) = (ok["ttft_ms"].as_f64().expect("ttft_ms"), ok["duration_ms"].as_f64().expect("duration_ms"));
+    assert!(ttft > 0.0 && ttft <= total, "{ok}");
+    let bad = completions.iter().find(|e| e["status"] == 400).expect("the 400");
+    assert!(bad.get("prompt_tokens").is_none() && bad.get("ttft_ms").is_none(), "{bad}");
+    let streamed = wait("/v1/chat/completions", 1);
+    assert_eq!(streamed.len(), 1, "{streamed:?}");
+    let e = &streamed[0];
+    assert_eq!((&e["request_id"], &e["status"]), (&json!(id), &json!(200)), "{e}");
+    assert_eq!((&e["prompt_tokens"], &e["completion_tokens"]), (chat_prompt, chat_done), "{e}");
+    assert!(e["ttft_ms"].as_f64() > Some(0.0), "{e}");
+    assert_eq!(wait("/v1/models", 1)[0]["status"], 200);
+
+    // The histograms count one first token per request and one gap per later token.
+    let later = 2 + chat_done.as_u64().expect("completion tokens") - 1;
+    assert_eq!(server.metric("time_to_first_token_seconds_count"), 2.0);
+    assert_eq!(server.metric("inter_token_latency_seconds_count"), later as f64);
+    let (_, metrics) = server.call("GET", "/metrics", None, &[]);
+    assert!(metrics.contains("# TYPE strata_time_to_first_token_seconds histogram"), "{metrics}");
+    assert!(metrics.contains("strata_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"), "{metrics}");
+    assert!(metrics.contains(&format!("strata_inter_token_latency_seconds_bucket{{le=\"+Inf\"}} {later}\n")));
+    assert!(server.metric("time_to_first_token_seconds_sum") > 0.0);
+}
+
+#[test]
+fn text_request_log_served_model_names_and_an_api_key_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, "  filekey \nnot the key\n").expect("writes");
+    let key_path = key_file.to_str().expect("utf-8");
+    let args = ["--parallel", "1", "--api-key-file", key_path, "--served-model-name", "alias-a,alias-b"];
+    let Some(server) = Server::start(&[&args[..], &["--served-model-name", "alias-c"][..]].concat(), &[], "ready")
+    else {
+        return;
+    };
+    let auth = [("Authorization", "Bearer filekey")];
+    let (status, _) = server.call("GET", "/v1/models", None, &[("Authorization", "Bearer wrong")]);
+    assert_eq!(status, 401);
+    let (status, text) = server.call("GET", "/v1/models", None, &auth);
+    assert_eq!(status, 200, "{text}");
+    let listed: Vec<Value> = serde_json::from_str::<Value>(&text).expect("JSON")["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .map(|m| m["id"].clone())
+        .collect();
+    assert_eq!(listed, [json!("alias-a"), json!("alias-b"), json!("alias-c")]);
+    let (status, _) = server.call("GET", "/v1/models/alias-c", None, &auth);
+    assert_eq!(status, 200);
+
+    let complete = |model: Option<&str>| {
+        let mut body = json!({ "prompt": PROMPT, "max_tokens": 1, "temperature": 0 });
+        if let Some(m) = model {
+            body["model"] = json!(m);
+        }
+        let (status, text) = server.call("POST", "/v1/completions", Some(&body.to_string()), &auth);
+        (status, serde_json::from_str::<Value>(&text).unwrap_or_else(|_| panic!("JSON: {text}")))
+    };
+    let (status, v) = complete(Some("alias-b"));
+    assert_eq!((status, &v["model"]), (200, &json!("alias-b")), "{v}");
+    let (status, v) = complete(None);
+    assert_eq!((status, &v["model"]), (200, &json!("alias-a")), "{v}");
+    for other in ["SmolLM2-135M-Instruct.Q4_1", "alias", "gpt-4o"] {
+        let (status, v) = complete(Some(other));
+        assert_eq!(status, 404, "{other}: {v}");
+        assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+        assert!(v["error"]["message"].as_str().unwrap_or_default().contains("'alias-a', 'alias-b', 'alias-c'"));
+    }
+
+    // Text log: one line per request with route, status and token counts; never the key.
+    let logged = |status: u16| {
+        server.log.wait_line(Duration::from_secs(30), |l| {
+            l.contains(" INFO request ")
+                && l.contains("route=/v1/completions")
+                && l.contains(&format!("status={status} "))
+                && (status != 200 || (l.contains("prompt_tokens=5 ") && l.contains("completion_tokens=1 ")))
+        })
+    };
+    assert!(logged(200).is_some(), "{:?}", server.log.lines());
+    assert!(logged(404).is_some(), "{:?}", server.log.lines());
+    // Five completions: two answered, three refused.
+    let is_completion = |l: &str| l.contains(" INFO request ") && l.contains("route=/v1/completions");
+    let start = Instant::now();
+    while server.log.lines().iter().filter(|l| is_completion(l)).count() < 5 {
+        assert!(start.elapsed() < Duration::from_secs(30), "{:?}", server.log.lines());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let lines = server.log.lines();
+    assert_eq!(lines.iter().filter(|l| is_completion(l)).count(), 5, "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("INFO") && l.contains("ready: http://")), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.contains("filekey")), "the key is never logged: {lines:?}");
+}
+
+#[test]
+fn api_key_from_the_environment_and_its_precedence() {
+    let env = [("STRATA_API_KEY", "envkey")];
+    let Some(server) = Server::start(&[], &env, "listening") else { return };
+    for (key, want) in [("envkey", 200), ("wrong", 401)] {
+        let (status, _) = server.call("GET", "/v1/models", None, &[("Authorization", &format!("Bearer {key}"))]);
+        assert_eq!(status, want, "{key}");
+    }
+    drop(server);
+    // --api-key beats the file, which beats the environment.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, "filekey").expect("writes");
+    let file = key_file.to_str().expect("utf-8");
+    let cases: [(&[&str], &str); 2] =
+        [(&["--api-key-file", file], "filekey"), (&["--api-key", "flagkey", "--api-key-file", file], "flagkey")];
+    for (args, good) in cases {
+        let Some(server) = Server::start(args, &env, "listening") else { return };
+        for key in ["envkey", "filekey", "flagkey"] {
+            let (status, _) = server.call("GET", "/v1/models", None, &[("Authorization", &format!("Bearer {key}"))]);
+            assert_eq!(status, if key == good { 200 } else { 401 }, "{args:?}: {key}");
+        }
+    }
+
+    // An empty or unreadable key file, or an empty variable, is an error, not an open server.
+    let Some(model) = strata_tests::smollm2() else { return };
+    std::fs::write(&key_file, " \n").expect("writes");
+    let missing = dir.path().join("missing");
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 3] = [
+        (&["--api-key-file", file], &[], "is empty"),
+        (&["--api-key-file", missing.to_str().expect("utf-8")], &[], "reading the API key file"),
+        (&[], &[("STRATA_API_KEY", "")], "STRATA_API_KEY is set but empty"),
+    ];
+    for (args, env, says) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata-run"))
+            .args(["serve", "--pack", model.to_str().expect("utf-8"), "--backend", "cpu", "--port", "0"])
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?} {env:?}: {stderr}");
+    }
 }

@@ -202,5 +202,6 @@ fn sigterm_lets_open_streams_finish_and_exits_0() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status}");
-    assert!(server.lines.iter().any(|l| l.starts_with("stopping")), "no word of stopping");
+    let stopping = server.log.wait_line(Duration::from_secs(10), |l| l.contains("stopping: "));
+    assert!(stopping.is_some(), "no word of stopping");
 }

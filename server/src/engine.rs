@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use strata_runtime::backend::RunError;
 use strata_runtime::generate;
@@ -41,6 +41,8 @@ pub struct Job {
     /// The request's place among those admitted (slots plus queue), given back when the
     /// job is dropped.
     pub admission: OwnedSemaphorePermit,
+    /// When the request arrived (time to first token counts from here).
+    pub received: Instant,
 }
 
 /// A log-probability report for one generated token.
@@ -91,6 +93,8 @@ pub enum Event {
         prompt_tokens: usize,
         /// Generated tokens (end-of-generation tokens not counted).
         completion_tokens: usize,
+        /// From the request's arrival to its first generated token (none if it had none).
+        ttft: Option<Duration>,
     },
     /// The request failed on the device.
     Error(String),
@@ -113,6 +117,9 @@ struct Active {
     /// This sequence's speculative decoder.
     spec: Speculator,
     started: Instant,
+    /// When the last token was reported.
+    last_token: Option<Instant>,
+    ttft: Option<Duration>,
     /// The closing event, sent once the request has left its slot (so that a client
     /// that has seen the end also sees it in /metrics).
     done: Option<Event>,
@@ -130,6 +137,8 @@ impl Active {
             pending: VecDeque::new(),
             spec,
             started: Instant::now(),
+            last_token: None,
+            ttft: None,
             done: None,
             job,
         }
@@ -140,8 +149,12 @@ impl Active {
         if !tail.is_empty() {
             let _ = self.job.events.send(Event::Token { text: tail, logprob: None });
         }
-        self.done =
-            Some(Event::Done { finish, prompt_tokens: self.job.prompt.len(), completion_tokens: self.generated.len() });
+        self.done = Some(Event::Done {
+            finish,
+            prompt_tokens: self.job.prompt.len(),
+            completion_tokens: self.generated.len(),
+            ttft: self.ttft,
+        });
     }
 }
 
@@ -229,6 +242,16 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
     a.generated.push(token);
     a.history.push(token);
     metrics.completion_token();
+    let now = Instant::now();
+    match a.last_token {
+        None => {
+            let ttft = now.saturating_duration_since(a.job.received);
+            a.ttft = Some(ttft);
+            metrics.first_token(ttft);
+        }
+        Some(last) => metrics.inter_token(now.saturating_duration_since(last)),
+    }
+    a.last_token = Some(now);
     let piece = a.decoder.push(&s.tokenizer, token);
     let (text, stopped) = a.stops.push(&piece);
     if a.job.events.send(Event::Token { text, logprob }).is_err() {

@@ -34,13 +34,7 @@ pub struct Limits {
 /// Serves `app` on `listener` until `stop` resolves (or `abort` does: then at once),
 /// then stops accepting and lets open requests finish for up to `shutdown_timeout`.
 /// Returns the number of connections still open when it gave up on them.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    app: Router,
-    limits: Limits,
-    stop: impl Future<Output = ()>,
-    say: &(dyn Fn(&str) + Send + Sync),
-) -> usize {
+pub(crate) async fn serve(listener: TcpListener, app: Router, limits: Limits, stop: impl Future<Output = ()>) -> usize {
     let app = app.layer(RequestBodyTimeoutLayer::new(limits.header_timeout));
     let service = TowerToHyperService::new(app);
     let mut http = http1::Builder::new();
@@ -63,7 +57,7 @@ pub(crate) async fn serve(
             Err(e) => {
                 // Out of file descriptors and the like: the connection stays in the
                 // backlog; wait a little rather than spin (as axum::serve does).
-                eprintln!("accept: {e}");
+                tracing::warn!("accept: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -76,7 +70,7 @@ pub(crate) async fn serve(
         });
     }
     drop(listener);
-    say("stopping: no new connections; open requests finish");
+    tracing::info!("stopping: no new connections; open requests finish");
     match tokio::time::timeout(limits.shutdown_timeout, graceful.shutdown()).await {
         Ok(()) => 0,
         Err(_) => limits.max_connections.max(1) - open.available_permits(),

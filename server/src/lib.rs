@@ -5,12 +5,18 @@
 //! handlers admit a request (slots plus `--queue`, else 503), parse, validate and
 //! tokenize it on a blocking thread ([`api`], [`prompt`]), queue it, and turn engine
 //! events into JSON responses or server-sent events. [`http`] bounds connections and
-//! stops gracefully on SIGTERM.
+//! stops gracefully on SIGTERM. [`observe`] gives every request an id and logs it.
+//!
+//! Everything the server says goes through `tracing` events (the binary installs the
+//! subscriber): `listening: URL`, `loading: STAGE`, `ready: URL/v1` and `stopping: ...` at
+//! `info`, one `request` event per request (target `strata_server::request`), warnings
+//! and errors.
 
 pub mod api;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+mod observe;
 mod prompt;
 mod routes;
 
@@ -38,8 +44,12 @@ pub struct Config {
     pub host: String,
     /// Port (0: any free port).
     pub port: u16,
-    /// Bearer token required on `/v1/*`, if set.
+    /// Bearer token required on `/v1/*` and `/metrics`, if set.
     pub api_key: Option<String>,
+    /// Names the model is served under (`--served-model-name`): `/v1/models` lists them
+    /// and a request's `model` must be one of them. Empty: the pack's file name is
+    /// listed and any `model` is answered.
+    pub served_model_names: Vec<String>,
     /// Largest request body, bytes.
     pub body_limit: usize,
     /// Requests admitted beyond the slots; more get 503 with `Retry-After`.
@@ -61,7 +71,10 @@ struct Ready {
 
 /// Shared by every handler.
 struct State {
-    model_id: String,
+    /// The names `/v1/models` lists (at least one); the first is the main one.
+    model_ids: Vec<String>,
+    /// Whether a request's `model` must be one of `model_ids`.
+    strict_model: bool,
     api_key: Option<String>,
     ready: OnceLock<Ready>,
     metrics: Arc<Metrics>,
@@ -90,11 +103,10 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// Serves until SIGTERM or Ctrl-C, then stops gracefully (see [`http`]). `say` hears
+/// Serves until SIGTERM or Ctrl-C, then stops gracefully (see [`http`]). Logs
 /// `listening: URL` once the socket is bound and `ready: URL/v1` once the model serves;
 /// a load failure ends `serve` with an error.
-pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -> Result<(), ServeError> {
-    let say = Arc::new(say);
+pub async fn serve(config: Config) -> Result<(), ServeError> {
     let stop = http::stop_signal()?;
     let addr = format!("{}:{}", config.host, config.port);
     let listener =
@@ -102,14 +114,18 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
     let local: SocketAddr = listener.local_addr()?;
     let url = format!("http://{local}");
     if !local.ip().is_loopback() && config.api_key.is_none() {
-        eprintln!(
-            "warning: listening on {local} without --api-key: anyone who can reach this address can use the model"
-        );
+        tracing::warn!("listening on {local} without --api-key: anyone who can reach this address can use the model");
     }
-    say(&format!("listening: {url}"));
-    let model_id = config.pack.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned());
+    tracing::info!("listening: {url}");
+    let strict_model = !config.served_model_names.is_empty();
+    let model_ids = if strict_model {
+        config.served_model_names.clone()
+    } else {
+        vec![config.pack.file_stem().map_or_else(|| "model".into(), |s| s.to_string_lossy().into_owned())]
+    };
     let state = Arc::new(State {
-        model_id,
+        model_ids,
+        strict_model,
         api_key: config.api_key.clone(),
         ready: OnceLock::new(),
         metrics: Arc::new(Metrics::default()),
@@ -130,7 +146,6 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
     let stalled = fail.clone();
     let dog = Watchdog::start(config.open.startup_timeout, move |stall| stalled(stall.to_string()));
     let loader_state = Arc::clone(&state);
-    let loader_say = Arc::clone(&say);
     std::thread::Builder::new().name("strata-engine".into()).spawn(move || {
         if let Ok(ms) = std::env::var("STRATA_TEST_LOAD_DELAY_MS") {
             // Test hook: keeps the server in its loading state for a while.
@@ -139,6 +154,7 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
         let mut stage = "pack";
         let opened = session::open(&config.pack, &config.open, &mut |event| {
             if let Event::Stage(s) = event {
+                tracing::info!("loading: {s}");
                 stage = s;
             }
             dog.progress(stage);
@@ -151,7 +167,11 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
                 let n_ctx = session.model.n_ctx();
                 let max_prompt_bytes = prompt::max_prompt_bytes(&tokenizer, n_ctx);
                 let _ = loader_state.ready.set(Ready { jobs: Mutex::new(jobs), tokenizer, n_ctx, max_prompt_bytes });
-                loader_say(&format!("ready: {url}/v1"));
+                tracing::info!(
+                    "ready: {url}/v1 (model {}, {} slot(s), context {n_ctx})",
+                    loader_state.model_ids.join(", "),
+                    config.open.slots.max(1)
+                );
                 engine::run(session, queue, Arc::clone(&loader_state.metrics));
             }
             Err(e) => fail(e.to_string()),
@@ -159,11 +179,11 @@ pub async fn serve(config: Config, say: impl Fn(&str) + Send + Sync + 'static) -
     })?;
 
     let app = routes::router(Arc::clone(&state), config.body_limit);
-    let served = http::serve(listener, app, config.limits, stop, &*say);
+    let served = http::serve(listener, app, config.limits, stop);
     tokio::select! {
         cut = served => {
             if cut > 0 {
-                eprintln!("stopped after --shutdown-timeout with {cut} connection(s) still open");
+                tracing::warn!("stopped after --shutdown-timeout with {cut} connection(s) still open");
             }
             Ok(())
         }

@@ -7,6 +7,56 @@ use std::time::{Duration, Instant};
 use strata_runtime::model::ExpertStats;
 use strata_runtime::speculative::SpecStats;
 
+/// Upper bounds (seconds) of the time-to-first-token buckets.
+const TTFT_BUCKETS: [f64; 14] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0];
+
+/// Upper bounds (seconds) of the inter-token latency buckets.
+const ITL_BUCKETS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5];
+
+/// A Prometheus histogram with fixed buckets.
+struct Histogram {
+    bounds: &'static [f64],
+    /// Per bucket (not cumulative), then the count above the last bound.
+    counts: Vec<u64>,
+    sum: f64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram { bounds, counts: vec![0; bounds.len() + 1], sum: 0.0 }
+    }
+
+    fn observe(&mut self, seconds: f64) {
+        let i = self.bounds.iter().position(|&b| seconds <= b).unwrap_or(self.bounds.len());
+        self.counts[i] += 1;
+        self.sum += seconds;
+    }
+
+    /// The text exposition: cumulative `_bucket` series, `_sum` and `_count`.
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        out.push_str(&format!("# HELP strata_{name} {help}\n# TYPE strata_{name} histogram\n"));
+        let mut total = 0;
+        for (i, n) in self.counts.iter().enumerate() {
+            total += n;
+            let le = self.bounds.get(i).map_or_else(|| "+Inf".to_owned(), f64::to_string);
+            out.push_str(&format!("strata_{name}_bucket{{le=\"{le}\"}} {total}\n"));
+        }
+        out.push_str(&format!("strata_{name}_sum {:.6}\nstrata_{name}_count {total}\n", self.sum));
+    }
+}
+
+/// The latency histograms.
+struct Latencies {
+    ttft: Histogram,
+    itl: Histogram,
+}
+
+impl Default for Latencies {
+    fn default() -> Latencies {
+        Latencies { ttft: Histogram::new(&TTFT_BUCKETS), itl: Histogram::new(&ITL_BUCKETS) }
+    }
+}
+
 /// What the server has done so far.
 #[derive(Default)]
 pub struct Metrics {
@@ -22,6 +72,8 @@ pub struct Metrics {
     experts: Mutex<ExpertStats>,
     /// Completion tokens in the last few seconds, for a current decode rate.
     recent: Mutex<Vec<Instant>>,
+    /// Time to first token and between tokens.
+    latencies: Mutex<Latencies>,
 }
 
 /// The window the decode rate is measured over.
@@ -45,6 +97,20 @@ impl Metrics {
             let now = Instant::now();
             recent.retain(|t| now.duration_since(*t) < RATE_WINDOW);
             recent.push(now);
+        }
+    }
+
+    /// A request's first token was reported, `took` after the request arrived.
+    pub fn first_token(&self, took: Duration) {
+        if let Ok(mut l) = self.latencies.lock() {
+            l.ttft.observe(took.as_secs_f64());
+        }
+    }
+
+    /// A later token was reported, `gap` after the request's previous one.
+    pub fn inter_token(&self, gap: Duration) {
+        if let Ok(mut l) = self.latencies.lock() {
+            l.itl.observe(gap.as_secs_f64());
         }
     }
 
@@ -132,6 +198,41 @@ impl Metrics {
             "Requests queued for a slot.",
             self.waiting.load(Ordering::Relaxed).to_string(),
         );
+        if let Ok(l) = self.latencies.lock() {
+            l.ttft.render(
+                &mut out,
+                "time_to_first_token_seconds",
+                "Seconds from a request's arrival to its first generated token.",
+            );
+            l.itl.render(
+                &mut out,
+                "inter_token_latency_seconds",
+                "Seconds between consecutive generated tokens of a request.",
+            );
+        }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative_with_sum_and_count() {
+        let m = Metrics::default();
+        m.first_token(Duration::from_millis(30));
+        m.first_token(Duration::from_secs(100));
+        m.inter_token(Duration::from_millis(4));
+        let text = m.render();
+        assert!(text.contains("# TYPE strata_time_to_first_token_seconds histogram\n"), "{text}");
+        assert!(text.contains("strata_time_to_first_token_seconds_bucket{le=\"0.025\"} 0\n"), "{text}");
+        assert!(text.contains("strata_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"), "{text}");
+        assert!(text.contains("strata_time_to_first_token_seconds_bucket{le=\"80\"} 1\n"), "{text}");
+        assert!(text.contains("strata_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"), "{text}");
+        assert!(text.contains("strata_time_to_first_token_seconds_count 2\n"), "{text}");
+        assert!(text.contains("strata_time_to_first_token_seconds_sum 100.030000\n"), "{text}");
+        assert!(text.contains("strata_inter_token_latency_seconds_bucket{le=\"0.005\"} 1\n"), "{text}");
+        assert!(text.contains("strata_inter_token_latency_seconds_count 1\n"), "{text}");
     }
 }

@@ -11,7 +11,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Request as HttpRequest, State as Extract};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Request as HttpRequest, State as Extract};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
@@ -25,6 +25,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use crate::State;
 use crate::api::{self, ApiError};
 use crate::engine::{Event, Finish, Job, TokenLogprob};
+use crate::observe::{self, Trace};
 use crate::prompt;
 
 type Shared = Arc<State>;
@@ -46,6 +47,7 @@ pub(crate) fn router(state: Shared, body_limit: usize) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "this route does not take that method", None)
         })
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn(observe::observe))
         .with_state(state)
 }
 
@@ -88,28 +90,42 @@ fn model_json(id: &str) -> Value {
 }
 
 async fn models(Extract(state): Extract<Shared>) -> Response {
-    Json(json!({ "object": "list", "data": [model_json(&state.model_id)] })).into_response()
+    let data: Vec<Value> = state.model_ids.iter().map(|id| model_json(id)).collect();
+    Json(json!({ "object": "list", "data": data })).into_response()
 }
 
-async fn model(Extract(state): Extract<Shared>, Path(id): Path<String>) -> Response {
-    if id == state.model_id {
-        return Json(model_json(&id)).into_response();
-    }
+/// 404 for a model this server does not serve.
+fn model_not_found(state: &State, id: &str) -> ApiError {
+    let served: Vec<String> = state.model_ids.iter().map(|m| format!("'{m}'")).collect();
     ApiError {
         status: StatusCode::NOT_FOUND,
-        message: format!("the model '{id}' does not exist; this server serves '{}'", state.model_id),
+        message: format!("the model '{id}' does not exist; this server serves {}", served.join(", ")),
         param: Some("model".into()),
         code: Some("model_not_found"),
     }
-    .into_response()
 }
 
-async fn chat_completions(Extract(state): Extract<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    complete(state, body, true).await.unwrap_or_else(IntoResponse::into_response)
+async fn model(Extract(state): Extract<Shared>, Path(id): Path<String>) -> Response {
+    if state.model_ids.contains(&id) {
+        return Json(model_json(&id)).into_response();
+    }
+    model_not_found(&state, &id).into_response()
 }
 
-async fn completions(Extract(state): Extract<Shared>, body: Result<Bytes, BytesRejection>) -> Response {
-    complete(state, body, false).await.unwrap_or_else(IntoResponse::into_response)
+async fn chat_completions(
+    Extract(state): Extract<Shared>,
+    Extension(trace): Extension<Arc<Trace>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    complete(state, trace, body, true).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn completions(
+    Extract(state): Extract<Shared>,
+    Extension(trace): Extension<Arc<Trace>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    complete(state, trace, body, false).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// 503 for a full queue: the client may retry after a second.
@@ -127,7 +143,12 @@ fn now() -> u64 {
 
 /// Admits a request (or answers 503), then parses, validates and tokenizes it on a
 /// blocking thread, queues it, and answers with JSON or SSE.
-async fn complete(state: Shared, body: Result<Bytes, BytesRejection>, chat: bool) -> Result<Response, ApiError> {
+async fn complete(
+    state: Shared,
+    trace: Arc<Trace>,
+    body: Result<Bytes, BytesRejection>,
+    chat: bool,
+) -> Result<Response, ApiError> {
     let body = body?;
     let Some(ready) = state.ready.get() else {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "loading the model", None));
@@ -141,8 +162,16 @@ async fn complete(state: Shared, body: Result<Bytes, BytesRejection>, chat: bool
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("preparing the request: {e}"), None))?;
     let (req, prompt, max_tokens) = prepared?;
     let (events, rx) = unbounded_channel();
-    let job =
-        Job { prompt, max_tokens, sampler: req.sampler, stop: req.stop, logprobs: req.logprobs, events, admission };
+    let job = Job {
+        prompt,
+        max_tokens,
+        sampler: req.sampler,
+        stop: req.stop,
+        logprobs: req.logprobs,
+        events,
+        admission,
+        received: trace.start,
+    };
     ready
         .jobs
         .lock()
@@ -153,12 +182,21 @@ async fn complete(state: Shared, body: Result<Bytes, BytesRejection>, chat: bool
     let id = state.next_id.fetch_add(1, Ordering::Relaxed);
     let reply = Reply {
         id: if chat { format!("chatcmpl-{id}") } else { format!("cmpl-{id}") },
-        model: state.model_id.clone(),
+        // The name the client asked for (one of ours, or any without --served-model-name,
+        // as llama.cpp echoes it); else the first.
+        model: req
+            .model
+            .filter(|m| !state.strict_model || state.model_ids.contains(m))
+            .unwrap_or_else(|| state.model_ids[0].clone()),
         created: now(),
         chat,
         logprobs: req.logprobs.is_some(),
     };
-    if req.stream { Ok(stream(reply, rx, req.include_usage).into_response()) } else { whole(reply, rx).await }
+    if req.stream {
+        Ok(stream(reply, rx, req.include_usage, trace).into_response())
+    } else {
+        whole(reply, rx, &trace).await
+    }
 }
 
 /// Parses and validates a request and reads its prompt into tokens: the prompt's bytes
@@ -171,14 +209,10 @@ fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<
     };
     let req = api::parse(body, chat)?;
     if let Some(m) = &req.model
-        && *m != state.model_id
+        && state.strict_model
+        && !state.model_ids.contains(m)
     {
-        return Err(ApiError {
-            status: StatusCode::NOT_FOUND,
-            message: format!("the model '{m}' does not exist; this server serves '{}'", state.model_id),
-            param: Some("model".into()),
-            code: Some("model_not_found"),
-        });
+        return Err(model_not_found(state, m));
     }
     let t = &ready.tokenizer;
     let param = if chat { "messages" } else { "prompt" };
@@ -272,7 +306,8 @@ fn logprobs_json(chat: bool, lps: &[TokenLogprob]) -> Value {
 }
 
 /// Waits for the whole generation and answers with one JSON object.
-async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
+async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>, trace: &Trace) -> Result<Response, ApiError> {
+    trace.finish("disconnected"); // logged so if the client goes away before the answer
     let (mut text, mut lps) = (String::new(), Vec::new());
     while let Some(event) = rx.recv().await {
         match event {
@@ -280,7 +315,8 @@ async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>) -> Result<Respons
                 text.push_str(&piece);
                 lps.extend(logprob);
             }
-            Event::Done { finish, prompt_tokens, completion_tokens } => {
+            Event::Done { finish, prompt_tokens, completion_tokens, ttft } => {
+                trace.done(prompt_tokens, completion_tokens, ttft, finish.name());
                 let lp = reply.logprobs.then(|| logprobs_json(reply.chat, &lps));
                 let choice = if reply.chat {
                     json!({ "index": 0, "message": { "role": "assistant", "content": text }, "logprobs": lp, "finish_reason": finish.name() })
@@ -291,7 +327,10 @@ async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>) -> Result<Respons
                 body["usage"] = usage(prompt_tokens, completion_tokens);
                 return Ok(Json(body).into_response());
             }
-            Event::Error(e) => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e, None)),
+            Event::Error(e) => {
+                trace.finish("error");
+                return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e, None));
+            }
         }
     }
     Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the engine dropped the request", None))
@@ -299,10 +338,12 @@ async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>) -> Result<Respons
 
 /// Streams the generation as server-sent events ending with `[DONE]`. A client that
 /// goes away closes the stream, which drops the engine's channel and so the request.
-fn stream(reply: Reply, mut rx: UnboundedReceiver<Event>, include_usage: bool) -> impl IntoResponse {
+/// The request is logged when the task ends (it holds the last reference to `trace`).
+fn stream(reply: Reply, mut rx: UnboundedReceiver<Event>, include_usage: bool, trace: Arc<Trace>) -> impl IntoResponse {
     let (tx, out) = unbounded_channel::<Result<SseEvent, Infallible>>();
     tokio::spawn(async move {
         let send = |v: Value| tx.send(Ok(SseEvent::default().data(v.to_string()))).is_ok();
+        trace.finish("disconnected"); // until the engine says otherwise
         if reply.chat {
             let first = reply.envelope(
                 true,
@@ -323,7 +364,8 @@ fn stream(reply: Reply, mut rx: UnboundedReceiver<Event>, include_usage: bool) -
                         return;
                     }
                 }
-                Some(Event::Done { finish, prompt_tokens, completion_tokens }) => {
+                Some(Event::Done { finish, prompt_tokens, completion_tokens, ttft }) => {
+                    trace.done(prompt_tokens, completion_tokens, ttft, finish.name());
                     send(reply.chunk("", &[], Some(finish)));
                     if include_usage {
                         let mut last = reply.envelope(true, json!([]));
@@ -333,6 +375,7 @@ fn stream(reply: Reply, mut rx: UnboundedReceiver<Event>, include_usage: bool) -
                     break;
                 }
                 Some(Event::Error(e)) => {
+                    trace.finish("error");
                     send(json!({ "error": { "message": e, "type": "server_error", "param": null, "code": null } }));
                     break;
                 }

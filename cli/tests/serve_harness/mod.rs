@@ -1,12 +1,14 @@
 //! The harness of the server tests: `strata-run serve` started on a free port on the CPU
-//! with the default model, and a minimal HTTP/1.1 client over a raw socket.
+//! with the default model, its log (stderr) kept line by line, and a minimal HTTP/1.1
+//! client over a raw socket.
 
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -14,9 +16,46 @@ use serde_json::Value;
 pub struct Server {
     pub child: Child,
     pub client: Client,
-    pub lines: std::sync::mpsc::Receiver<String>,
-    /// Standard error's lines, when asked for ([`Server::start_capturing`]).
-    pub errors: Option<std::sync::mpsc::Receiver<String>>,
+    /// The server's log: every line of its standard error so far.
+    pub log: Log,
+}
+
+/// Lines of a server's standard error, as they come (each also echoed to the test's own
+/// standard error, which the test runner shows when a test fails).
+#[derive(Clone, Default)]
+pub struct Log(Arc<(Mutex<Vec<String>>, Condvar)>);
+
+impl Log {
+    fn push(&self, line: String) {
+        eprintln!("server: {line}");
+        let (lines, more) = &*self.0;
+        lines.lock().expect("log").push(line);
+        more.notify_all();
+    }
+
+    /// Every line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.0.0.lock().expect("log").clone()
+    }
+
+    /// The first line (from the start) that satisfies `want`, waiting up to `timeout`.
+    pub fn wait_line(&self, timeout: Duration, want: impl Fn(&str) -> bool) -> Option<String> {
+        let (lines, more) = &*self.0;
+        let deadline = Instant::now() + timeout;
+        let mut lines = lines.lock().expect("log");
+        loop {
+            if let Some(line) = lines.iter().find(|l| want(l)) {
+                return Some(line.clone());
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            lines = more.wait_timeout(lines, left).expect("log").0;
+        }
+    }
+
+    /// The lines that are JSON objects (with `--log-format json`).
+    pub fn json(&self) -> Vec<Value> {
+        self.lines().iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(Value::is_object).collect()
+    }
 }
 
 /// Talks HTTP/1.1 to the server.
@@ -42,43 +81,32 @@ impl Drop for Server {
 impl Server {
     /// Starts `strata-run serve` on a free port and waits for `wait_for` (`listening` or `ready`).
     pub fn start(extra: &[&str], env: &[(&str, &str)], wait_for: &str) -> Option<Server> {
-        Server::launch(extra, env, wait_for, false)
+        Server::launch(extra, env, wait_for)
     }
 
-    /// [`Server::start`], keeping standard error's lines in `errors`.
-    pub fn start_capturing(extra: &[&str], wait_for: &str) -> Option<Server> {
-        Server::launch(extra, &[], wait_for, true)
-    }
-
-    fn launch(extra: &[&str], env: &[(&str, &str)], wait_for: &str, capture: bool) -> Option<Server> {
+    fn launch(extra: &[&str], env: &[(&str, &str)], wait_for: &str) -> Option<Server> {
         let model = strata_tests::smollm2()?;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata-run"));
         cmd.args(["serve", "--pack", model.to_str().expect("utf-8"), "--backend", "cpu", "--port", "0"])
             .args(if extra.contains(&"--ctx") { &[][..] } else { &["--ctx", "256"][..] })
             .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(if capture { Stdio::piped() } else { Stdio::inherit() });
+            .env_remove("RUST_LOG")
+            .env_remove("STRATA_API_KEY")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Log::default();
+        let writer = log.clone();
         std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                writer.push(line);
             }
         });
-        let errors = child.stderr.take().map(|stderr| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    let _ = tx.send(line);
-                }
-            });
-            rx
-        });
-        let mut server = Server { child, client: Client { port: 0 }, lines, errors };
+        let mut server = Server { child, client: Client { port: 0 }, log };
         server.wait_for("listening");
         if wait_for == "ready" {
             server.wait_for("ready");
@@ -86,11 +114,15 @@ impl Server {
         Some(server)
     }
 
+    /// Waits for the log line `WHAT: http://HOST:PORT...` (text or JSON) and takes its port.
     pub fn wait_for(&mut self, what: &str) {
-        let line = self.lines.recv_timeout(Duration::from_secs(120)).expect("the server says what it does");
-        assert!(line.starts_with(what), "expected {what}, got {line}");
-        let port = line.rsplit(':').next().and_then(|p| p.trim_end_matches("/v1").parse().ok()).expect("a port");
-        self.client.port = port;
+        let marker = format!("{what}: http://");
+        let line = self.log.wait_line(Duration::from_secs(120), |l| l.contains(&marker)).unwrap_or_else(|| {
+            panic!("the server never logged {what}: {:?}", self.log.lines());
+        });
+        let url = &line[line.find(&marker).expect("marker") + marker.len()..];
+        let authority: String = url.chars().take_while(|c| c.is_ascii_alphanumeric() || ".:[]".contains(*c)).collect();
+        self.client.port = authority.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
     }
 }
 

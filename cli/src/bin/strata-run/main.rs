@@ -144,9 +144,24 @@ enum Command {
         /// Port (0: any free port).
         #[arg(long, default_value_t = 8080)]
         port: u16,
-        /// Require `Authorization: Bearer KEY` on /v1/*.
+        /// Require `Authorization: Bearer KEY` on /v1/* and /metrics. The key is taken
+        /// from this flag, else --api-key-file, else the STRATA_API_KEY environment
+        /// variable (the file and the variable keep it out of `ps`).
         #[arg(long)]
         api_key: Option<String>,
+        /// Read the API key from the first line of this file (trimmed; an unreadable or
+        /// empty file is an error).
+        #[arg(long, value_name = "PATH")]
+        api_key_file: Option<PathBuf>,
+        /// Serve the model under this name (repeatable, or comma-separated aliases):
+        /// /v1/models lists them and a request's `model` must be one of them (else 404).
+        /// Without it the pack's file name is listed and any `model` is answered.
+        #[arg(long, value_name = "NAME", value_delimiter = ',')]
+        served_model_name: Vec<String>,
+        /// Log format on stderr: text or json (one object a line). Levels follow
+        /// RUST_LOG (default info).
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
         /// Requests decoded at once (each has its own KV cache of --ctx positions).
         #[arg(long, default_value_t = 4)]
         parallel: usize,
@@ -277,6 +292,52 @@ struct PromptArgs {
     system: Option<String>,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Sends `tracing` events to stderr as text or JSON lines, filtered by RUST_LOG (default
+/// `info`; invalid directives are skipped).
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::LevelFilter;
+    let filter = EnvFilter::builder().with_default_directive(LevelFilter::INFO.into()).from_env_lossy();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.with_target(false).try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+/// The API key: `--api-key`, else the first line of `--api-key-file`, else
+/// `STRATA_API_KEY`; none of them: no key. A file or variable that yields an empty key is
+/// an error rather than an open server.
+fn api_key(flag: Option<String>, file: Option<&std::path::Path>) -> Result<Option<String>> {
+    if let Some(key) = flag {
+        if key.trim().is_empty() {
+            bail!("--api-key is empty");
+        }
+        return Ok(Some(key));
+    }
+    if let Some(path) = file {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading the API key file {}", path.display()))?;
+        let key = text.lines().next().unwrap_or_default().trim();
+        if key.is_empty() {
+            bail!("the API key file {} is empty (the key is its first line)", path.display());
+        }
+        return Ok(Some(key.to_owned()));
+    }
+    match std::env::var("STRATA_API_KEY") {
+        Ok(key) if key.trim().is_empty() => bail!("STRATA_API_KEY is set but empty"),
+        Ok(key) => Ok(Some(key.trim().to_owned())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => bail!("STRATA_API_KEY is not valid UTF-8"),
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum BackendArg {
     Auto,
@@ -285,11 +346,23 @@ enum BackendArg {
     Hip,
 }
 
+/// Marks an error already written to the log.
+#[derive(Debug)]
+struct Logged;
+
+impl std::fmt::Display for Logged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("logged")
+    }
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("strata-run: {e:#}");
+            if e.downcast_ref::<Logged>().is_none() {
+                eprintln!("strata-run: {e:#}");
+            }
             // A hang leaves the device busy: exit at once with a distinct status.
             if matches!(e.downcast_ref::<RunError>(), Some(RunError::Hang { .. })) {
                 std::process::exit(3);
@@ -527,7 +600,10 @@ fn run(cli: Cli) -> Result<()> {
             open: o,
             host,
             port,
-            api_key,
+            api_key: key_flag,
+            api_key_file,
+            served_model_name,
+            log_format,
             parallel,
             body_limit,
             queue,
@@ -539,6 +615,13 @@ fn run(cli: Cli) -> Result<()> {
             if parallel == 0 {
                 bail!("--parallel must be at least 1");
             }
+            let api_key = api_key(key_flag, api_key_file.as_deref())?;
+            let served_model_names: Vec<String> =
+                served_model_name.iter().map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect();
+            if served_model_names.is_empty() && !served_model_name.is_empty() {
+                bail!("--served-model-name needs a name");
+            }
+            init_logging(log_format);
             let seconds = |flag: &str, s: f64| {
                 Duration::try_from_secs_f64(s)
                     .ok()
@@ -556,19 +639,21 @@ fn run(cli: Cli) -> Result<()> {
                 host,
                 port,
                 api_key,
+                served_model_names,
                 body_limit,
                 max_queue: queue,
                 parse_special,
                 limits,
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            let served = runtime.block_on(strata_server::serve(config, |line| {
-                println!("{line}");
-                let _ = std::io::stdout().flush();
-            }));
+            let served = runtime.block_on(strata_server::serve(config));
             // Tasks cut by --shutdown-timeout are not waited for.
             runtime.shutdown_background();
-            served?;
+            if let Err(e) = served {
+                // Through the log, so that a JSON log stays JSON to its last line.
+                tracing::error!("{e}");
+                return Err(anyhow::Error::new(e).context(Logged));
+            }
             Ok(())
         }
         Command::Selftest { open: o } => {
