@@ -22,6 +22,7 @@ use strata_runtime::speculative::SpeculativeConfig;
 use strata_runtime::tokenizer::StreamDecoder;
 use strata_runtime::watchdog::Watchdog;
 
+mod repl;
 mod report;
 use report::{expert_stats_line, print_kernel_report, print_window_report, report};
 
@@ -51,6 +52,21 @@ enum Command {
         /// Go on past end-of-generation tokens (for benchmarks and comparisons).
         #[arg(long)]
         ignore_eos: bool,
+    },
+    /// An interactive chat in the terminal, in the pack's chat template: the conversation
+    /// stays in the KV cache, so each turn reads only its new tokens. /clear starts over,
+    /// /exit quits; Ctrl-C stops a reply (at the prompt, it quits).
+    Chat {
+        #[command(flatten)]
+        open: OpenArgs,
+        /// System message.
+        #[arg(long)]
+        system: Option<String>,
+        /// Most tokens a reply.
+        #[arg(long, default_value_t = 1024)]
+        max_tokens: usize,
+        #[command(flatten)]
+        sample: SampleArgs,
     },
     /// Downloads MODEL (a Hugging Face OWNER/REPO[:QUANT] or file URL) into the cache,
     /// resuming a cut download and checking the hub's SHA-256, and prints its path.
@@ -455,6 +471,10 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
             Ok(())
+        }
+        Command::Chat { open: o, system, max_tokens, sample } => {
+            let mut s = open(&o, SelfTest::Auto, false, 1)?;
+            repl::run(&mut s, &mut sample.sampler(), &repl::ChatOptions { system, max_tokens })
         }
         Command::Pull { model } => {
             println!("{}", pull::resolve(&model)?.display());
