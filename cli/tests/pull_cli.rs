@@ -27,8 +27,9 @@ struct Hub {
 }
 
 /// Serves repository `org/tiny` with `tiny-Q8_0.gguf` (the pack; the first full GET is
-/// cut halfway), `tiny-BAD.gguf` (listed with a wrong SHA-256) and a README.
-fn hub(pack: Vec<u8>) -> Hub {
+/// cut halfway), `tiny-BAD.gguf` (listed with a wrong SHA-256) and a README, and
+/// `org/split` with the two shards of a split pack.
+fn hub(pack: Vec<u8>, shards: [Vec<u8>; 2]) -> Hub {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let seen: Seen = Arc::default();
@@ -38,7 +39,7 @@ fn hub(pack: Vec<u8>) -> Hub {
         let mut cut_once = true;
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
-            let cut = serve(stream, &pack, &log, cut_once);
+            let cut = serve(stream, &pack, &shards, &log, cut_once);
             cut_once &= !cut;
         }
     });
@@ -46,7 +47,7 @@ fn hub(pack: Vec<u8>) -> Hub {
 }
 
 /// Answers one request; true if it cut the connection.
-fn serve(mut stream: TcpStream, pack: &[u8], log: &Seen, cut_once: bool) -> bool {
+fn serve(mut stream: TcpStream, pack: &[u8], shards: &[Vec<u8>; 2], log: &Seen, cut_once: bool) -> bool {
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut line = String::new();
     if reader.read_line(&mut line).is_err() {
@@ -86,6 +87,20 @@ fn serve(mut stream: TcpStream, pack: &[u8], log: &Seen, cut_once: bool) -> bool
             sib("tiny-BAD.gguf", &bad),
         ]});
         respond("200 OK", &[("Content-Type", "application/json".into())], body.to_string().as_bytes());
+        return false;
+    }
+    let shard_name = |i: usize| format!("tiny-Q8_0-{:05}-of-00002.gguf", i + 1);
+    if path.starts_with("/api/models/org/split/revision/main") {
+        let sib = |i: usize| {
+            let (name, bytes) = (shard_name(i), &shards[i]);
+            serde_json::json!({ "rfilename": name, "size": bytes.len(), "lfs": { "sha256": hex(bytes), "size": bytes.len() } })
+        };
+        let body = serde_json::json!({ "id": "org/split", "siblings": [sib(1), sib(0)] });
+        respond("200 OK", &[], body.to_string().as_bytes());
+        return false;
+    }
+    if let Some(i) = (0..2).find(|&i| path == format!("/org/split/resolve/main/{}", shard_name(i))) {
+        respond("200 OK", &[("X-Linked-Etag", format!("\"{}\"", hex(&shards[i])))], &shards[i]);
         return false;
     }
     let sha = match path.as_str() {
@@ -141,24 +156,33 @@ fn strata_run(hub: &Hub, cache: &Path, args: &[&str]) -> Output {
         .expect("runs")
 }
 
-fn synth(dir: &Path) -> Vec<u8> {
-    let out = dir.join("tiny.gguf");
+/// A synthetic pack's files: one, or the shards of a split one.
+fn synth(dir: &Path, split: usize) -> Vec<Vec<u8>> {
+    let out = dir.join(format!("tiny{split}.gguf"));
     let o = Command::new(env!("CARGO_BIN_EXE_strata-compile"))
-        .args(["synth", "--preset", "tiny-llama", "--type", "Q8_0", "--seed", "9", "--out"])
+        .args(["synth", "--preset", "tiny-llama", "--type", "Q8_0", "--seed", "9", "--split", &split.to_string()])
+        .arg("--out")
         .arg(&out)
         .output()
         .expect("runs");
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let mut bytes = Vec::new();
-    std::fs::File::open(&out).and_then(|mut f| f.read_to_end(&mut bytes)).expect("read");
-    bytes
+    let read = |p: &Path| {
+        let mut bytes = Vec::new();
+        std::fs::File::open(p).and_then(|mut f| f.read_to_end(&mut bytes)).expect("read");
+        bytes
+    };
+    if split <= 1 {
+        return vec![read(&out)];
+    }
+    (1..=split).map(|i| read(&dir.join(format!("tiny{split}-{i:05}-of-{split:05}.gguf")))).collect()
 }
 
 #[test]
 fn pull_downloads_resumes_verifies_and_names_what_is_missing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let pack = synth(dir.path());
-    let hub = hub(pack.clone());
+    let pack = synth(dir.path(), 1).remove(0);
+    let [first, second]: [Vec<u8>; 2] = synth(dir.path(), 2).try_into().expect("two shards");
+    let hub = hub(pack.clone(), [first.clone(), second.clone()]);
     let cache = dir.path().join("cache");
 
     // A cut connection is resumed with a Range request; the file is whole and verified.
@@ -212,4 +236,18 @@ fn pull_downloads_resumes_verifies_and_names_what_is_missing() {
     assert!(e.contains("org/tiny matches quantization Q5_K; its files: tiny-BAD.gguf, tiny-Q8_0.gguf"), "{e}");
     let o = strata_run(&hub, &cache, &["pull", "org/tiny"]);
     assert!(text(&o.stderr).contains("several packs"), "{}", text(&o.stderr));
+
+    // A split pack: every shard, the first one's path printed, and it runs.
+    let o = strata_run(&hub, &cache, &["pull", "org/split"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let dir = cache.join("models/huggingface/org/split/main");
+    assert_eq!(Path::new(text(&o.stdout).trim()), dir.join("tiny-Q8_0-00001-of-00002.gguf"));
+    assert_eq!(std::fs::read(dir.join("tiny-Q8_0-00001-of-00002.gguf")).expect("shard 1"), first);
+    assert_eq!(std::fs::read(dir.join("tiny-Q8_0-00002-of-00002.gguf")).expect("shard 2"), second);
+    let o = strata_run(
+        &hub,
+        &cache,
+        &["generate", "-m", "org/split:q8_0", "--backend", "cpu", "--prompt", "hi", "--max-tokens", "2"],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
 }
