@@ -1,6 +1,6 @@
 //! `strata-run chat` in a pseudo-terminal (util-linux `script`), on the CPU with the
 //! default model: later turns read only their new tokens, /clear starts over, /exit
-//! quits, Ctrl-C at the prompt quits.
+//! quits, Ctrl-C stops a reply and, at the prompt, quits.
 
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -53,12 +53,17 @@ impl Chat {
 
     /// Waits for `count` occurrences of `what` in everything seen so far; the text.
     fn wait_for(&mut self, what: &str, count: usize) -> String {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while self.seen.matches(what).count() < count {
+        self.wait_until(&format!("{what:?} (x{count})"), |seen| seen.matches(what).count() >= count)
+    }
+
+    /// Waits until `done` holds for everything seen so far; the text.
+    fn wait_until(&mut self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while !done(&self.seen) {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.output.recv_timeout(left) {
                 Ok(b) => self.seen.push_str(&text(&b)),
-                Err(_) => panic!("no {what:?} (x{count}) in:\n{}", self.seen),
+                Err(_) => panic!("no {what} in:\n{}", self.seen),
             }
         }
         self.seen.clone()
@@ -136,9 +141,21 @@ fn chat_keeps_the_conversation_in_the_cache() {
     chat.send("/exit\n");
     assert_eq!(chat.exit_code(), Some(0));
 
-    // Ctrl-C at the prompt quits.
+    // Ctrl-C stops a reply, once its first text is out; a second one, at the prompt, quits.
+    let args = ["chat", "-m", model, "--backend", "cpu", "--ctx", "1024", "--max-tokens", "900"];
     let Some(mut chat) = Chat::start(&args) else { return };
     chat.wait_for("> ", 1);
+    let question = "Tell me a long story about a dragon.";
+    chat.send(&format!("{question}\n"));
+    chat.wait_until("the reply's first text", |seen| {
+        seen.find(question).is_some_and(|at| !seen[at + question.len()..].trim_start().is_empty())
+    });
+    chat.send("\u{3}");
+    let seen = chat.wait_for(" t/s]", 1);
+    assert!(seen.contains(" (stopped)"), "{seen}");
+    let (_, stopped) = usage(&seen)[0];
+    assert!(stopped > 0 && stopped < 900, "{seen}");
+    chat.wait_for("> ", 2);
     chat.send("\u{3}");
     assert_eq!(chat.exit_code(), Some(130));
 }
