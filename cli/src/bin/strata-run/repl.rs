@@ -99,7 +99,14 @@ impl Conversation {
             let mut tokens = self.cached.clone();
             tokens.extend(self.unread);
             let bos = t.encode("", true);
-            let mut more = t.encode(delta, true);
+            // The new message is text: a control token typed in it is not parsed.
+            let plain: Vec<_> = self
+                .messages
+                .last()
+                .and_then(|m| delta.rfind(&m.content).map(|at| at..at + m.content.len()))
+                .into_iter()
+                .collect();
+            let mut more = t.encode_marked(delta, true, &plain);
             if !bos.is_empty() && more.starts_with(&bos) {
                 more.drain(..bos.len());
             }
