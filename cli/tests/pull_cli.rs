@@ -210,6 +210,15 @@ fn pull_downloads_resumes_verifies_and_names_what_is_missing() {
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("is in the cache"), "{}", text(&o.stderr));
+    let art = dir.path().join("art");
+    let o = Command::new(env!("CARGO_BIN_EXE_strata-compile"))
+        .args(["-m", "org/tiny:Q8_0", "--target", "sm_90", "--emit-only", "--out"])
+        .arg(&art)
+        .env("HF_ENDPOINT", format!("http://127.0.0.1:{}", hub.port))
+        .env("STRATA_CACHE", &cache)
+        .output()
+        .expect("runs");
+    assert!(o.status.success(), "strata-compile -m: {}", text(&o.stderr));
 
     // A file URL: the checksum comes from the resolve URL's X-Linked-Etag.
     let fresh = dir.path().join("fresh");
