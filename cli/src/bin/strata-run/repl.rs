@@ -98,7 +98,6 @@ impl Conversation {
             // markup and the new turn.
             let mut tokens = self.cached.clone();
             tokens.extend(self.unread);
-            let bos = t.encode("", true);
             // The new message is text: a control token typed in it is not parsed.
             let plain: Vec<_> = self
                 .messages
@@ -107,8 +106,10 @@ impl Conversation {
                 .into_iter()
                 .collect();
             let mut more = t.encode_marked(delta, true, &plain);
-            if !bos.is_empty() && more.starts_with(&bos) {
-                more.drain(..bos.len());
+            // The BOS a pack puts before every encoded text belongs at the start only.
+            let leading = t.encode("", true).first().copied();
+            if leading.is_some() && leading == t.bos() && more.first().copied() == leading {
+                more.remove(0);
             }
             tokens.extend(more);
             return Ok((tokens, self.cached.len()));
@@ -116,7 +117,8 @@ impl Conversation {
         // The template rewrote earlier turns (or this is the first): keep what matches.
         let tokens = t.encode(&full, true);
         let same = tokens.iter().zip(&self.cached).take_while(|(a, b)| a == b).count();
-        Ok((tokens.clone(), same.min(tokens.len().saturating_sub(1))))
+        let keep = same.min(tokens.len().saturating_sub(1));
+        Ok((tokens, keep))
     }
 }
 
