@@ -75,15 +75,35 @@ pub fn generate(
     sampler: &mut Sampler,
     on_token: &mut dyn FnMut(&Tokenizer, u32) -> bool,
 ) -> Result<Stats, RunError> {
-    if prompt.is_empty() {
+    s.model.reset();
+    generate_after(s, prompt, 0, max_tokens, ignore_eos, sampler, on_token)
+}
+
+/// [`generate`] continuing a sequence: the KV cache holds `prompt[..cached]` already (a
+/// chat's earlier turns), so only the rest of `prompt` is read (it must not be empty);
+/// positions past `cached` are forgotten first. `Stats::prompt_tokens` counts the
+/// tokens read now.
+pub fn generate_after(
+    s: &mut Session,
+    prompt: &[u32],
+    cached: usize,
+    max_tokens: usize,
+    ignore_eos: bool,
+    sampler: &mut Sampler,
+    on_token: &mut dyn FnMut(&Tokenizer, u32) -> bool,
+) -> Result<Stats, RunError> {
+    if prompt.len() <= cached {
         return Err(RunError::Other("the prompt has no tokens".into()));
     }
     let room = (s.model.n_ctx() as usize).saturating_sub(prompt.len());
     let max_tokens = max_tokens.min(room);
-    s.model.reset();
-    let mut stats = Stats { prompt_tokens: prompt.len(), ..Stats::default() };
+    s.model.rewind(u32::try_from(cached).map_err(|e| RunError::Other(e.to_string()))?)?;
+    let mut stats = Stats { prompt_tokens: prompt.len() - cached, ..Stats::default() };
     let start = Instant::now();
-    prefill(s, prompt)?;
+    let mut read = cached;
+    while read < prompt.len() {
+        read = prefill_chunk(s, prompt, read)?;
+    }
     let mut history = prompt.to_vec();
     let mut generated = Vec::new();
     let first = if sampler.is_greedy() {

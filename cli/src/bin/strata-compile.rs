@@ -34,9 +34,10 @@ struct Cli {
 /// `strata-compile --pack P --target T --out D`.
 #[derive(clap::Args)]
 struct CompileArgs {
-    /// The pack (a .gguf file, or any shard of a split pack).
-    #[arg(long, required = true)]
-    pack: Option<PathBuf>,
+    /// The model: a .gguf file (any shard of a split pack), a Hugging Face
+    /// OWNER/REPO[:QUANT] or file URL (downloaded into the cache when not there yet).
+    #[arg(short = 'm', long = "model", visible_alias = "pack", value_name = "MODEL", required = true)]
+    pack: Option<String>,
     /// Target: a known name (see `strata-compile targets`) or the path of a target TOML.
     #[arg(long, required = true)]
     target: Option<String>,
@@ -248,8 +249,9 @@ fn run(cli: Cli) -> Result<()> {
 
 fn compile(args: CompileArgs) -> Result<()> {
     let (Some(pack), Some(target), Some(out)) = (args.pack, args.target, args.out) else {
-        bail!("--pack, --target and --out are required")
+        bail!("--model, --target and --out are required")
     };
+    let pack = strata_cli::pull::resolve(&pack)?;
     let started = std::time::Instant::now();
     let target = Target::load(&target)?;
     let run_on = args.run_on.as_deref().map(Target::load).transpose()?;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::ProgressBar;
+use strata_cli::pull;
 use strata_compiler::plan::Int8Dot;
 use strata_runtime::backend::RunError;
 use strata_runtime::chat::{self, Message};
@@ -21,6 +22,7 @@ use strata_runtime::speculative::SpeculativeConfig;
 use strata_runtime::tokenizer::StreamDecoder;
 use strata_runtime::watchdog::Watchdog;
 
+mod repl;
 mod report;
 use report::{expert_stats_line, print_kernel_report, print_window_report, report};
 
@@ -42,30 +44,36 @@ enum Command {
         /// Most tokens to generate.
         #[arg(long, default_value_t = 256)]
         max_tokens: usize,
-        /// Sampling temperature; 0 is greedy.
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        /// Keep only the K most likely tokens (0: all).
-        #[arg(long, default_value_t = 40)]
-        top_k: usize,
-        /// Keep the most likely tokens whose probabilities sum to P.
-        #[arg(long, default_value_t = 0.95)]
-        top_p: f32,
-        /// Drop tokens less likely than P times the most likely.
-        #[arg(long, default_value_t = 0.05)]
-        min_p: f32,
-        /// Penalty for repeating recent tokens (1: off).
-        #[arg(long, default_value_t = 1.0)]
-        repeat_penalty: f32,
-        /// Random seed.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
+        #[command(flatten)]
+        sample: SampleArgs,
         /// Stop when this text is generated (repeatable).
         #[arg(long)]
         stop: Vec<String>,
         /// Go on past end-of-generation tokens (for benchmarks and comparisons).
         #[arg(long)]
         ignore_eos: bool,
+    },
+    /// An interactive chat in the terminal, in the pack's chat template: the conversation
+    /// stays in the KV cache, so each turn reads only its new tokens. /clear starts over,
+    /// /exit quits; Ctrl-C stops a reply (at the prompt, it quits).
+    Chat {
+        #[command(flatten)]
+        open: OpenArgs,
+        /// System message.
+        #[arg(long)]
+        system: Option<String>,
+        /// Most tokens a reply.
+        #[arg(long, default_value_t = 1024)]
+        max_tokens: usize,
+        #[command(flatten)]
+        sample: SampleArgs,
+    },
+    /// Downloads MODEL (a Hugging Face OWNER/REPO[:QUANT] or file URL) into the cache,
+    /// resuming a cut download and checking the hub's SHA-256, and prints its path.
+    Pull {
+        /// OWNER/REPO[:QUANT] (QUANT picks the .gguf whose name contains it), or
+        /// https://huggingface.co/OWNER/REPO/resolve/REVISION/FILE.gguf.
+        model: String,
     },
     /// Prints, for every prompt position, its token and the K highest logits there, as JSON.
     Score {
@@ -197,10 +205,48 @@ enum Command {
 }
 
 #[derive(Args)]
+struct SampleArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Keep only the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Keep the most likely tokens whose probabilities sum to P.
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Drop tokens less likely than P times the most likely.
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Penalty for repeating recent tokens (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Random seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl SampleArgs {
+    fn sampler(&self) -> Sampler {
+        Sampler::new(SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            seed: self.seed,
+            ..SamplerConfig::default()
+        })
+    }
+}
+
+#[derive(Args)]
 struct OpenArgs {
-    /// The pack (a .gguf file, or the first shard of a split pack).
-    #[arg(long)]
-    pack: PathBuf,
+    /// The model: a .gguf file (any shard of a split pack), a Hugging Face
+    /// OWNER/REPO[:QUANT] (downloaded into the cache when not there yet; QUANT picks the
+    /// .gguf whose name contains it), or a https://huggingface.co/.../resolve/... file URL.
+    #[arg(short = 'm', long = "model", visible_alias = "pack", value_name = "MODEL")]
+    model: String,
     /// Compiled artifacts (default: compile for the detected device into the cache).
     #[arg(long)]
     artifacts: Option<PathBuf>,
@@ -411,8 +457,9 @@ fn open(args: &OpenArgs, selftest: SelfTest, verbose_selftest: bool, slots: usiz
         eprintln!("strata-run: {stall}");
         std::process::exit(3);
     });
+    let pack = pull::resolve(&args.model)?;
     let mut stage = "pack";
-    let session = session::open(&args.pack, &opts, &mut |event| {
+    let session = session::open(&pack, &opts, &mut |event| {
         if let Event::Stage(s) = event {
             stage = s;
         }
@@ -450,30 +497,10 @@ fn prompt_tokens(s: &Session, p: &PromptArgs) -> Result<Vec<u32>> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Generate {
-            open: o,
-            prompt,
-            max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repeat_penalty,
-            seed,
-            stop,
-            ignore_eos,
-        } => {
+        Command::Generate { open: o, prompt, max_tokens, sample, stop, ignore_eos } => {
             let mut s = open(&o, SelfTest::Auto, false, 1)?;
             let tokens = prompt_tokens(&s, &prompt)?;
-            let mut sampler = Sampler::new(SamplerConfig {
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                repeat_penalty,
-                seed,
-                ..SamplerConfig::default()
-            });
+            let mut sampler = sample.sampler();
             let mut decoder = StreamDecoder::new();
             let mut stops = StopMatcher::new(stop);
             let mut stdout = std::io::stdout().lock();
@@ -516,6 +543,14 @@ fn run(cli: Cli) -> Result<()> {
                     sp.mean_accepted()
                 );
             }
+            Ok(())
+        }
+        Command::Chat { open: o, system, max_tokens, sample } => {
+            let mut s = open(&o, SelfTest::Auto, false, 1)?;
+            repl::run(&mut s, &mut sample.sampler(), &repl::ChatOptions { system, max_tokens })
+        }
+        Command::Pull { model } => {
+            println!("{}", pull::resolve(&model)?.display());
             Ok(())
         }
         Command::Score { open: o, prompt, top_k, json: _ } => {
@@ -587,7 +622,8 @@ fn run(cli: Cli) -> Result<()> {
             }
             if let Some(binary) = llama_bench {
                 drop(s); // llama.cpp gets the whole device
-                let (lpp, ltg) = generate::llama_bench(&binary, &o.pack, prompt_tokens, gen_tokens, reps)?;
+                let (lpp, ltg) =
+                    generate::llama_bench(&binary, &pull::resolve(&o.model)?, prompt_tokens, gen_tokens, reps)?;
                 println!(
                     "llama.cpp pp{prompt_tokens} {lpp:.1} t/s  tg{gen_tokens} {ltg:.1} t/s  ratio strata/llama.cpp: pp {:.2}x  tg {:.2}x",
                     pp / lpp,
@@ -634,7 +670,7 @@ fn run(cli: Cli) -> Result<()> {
                 shutdown_timeout: seconds("--shutdown-timeout", shutdown_timeout)?,
             };
             let config = strata_server::Config {
-                pack: o.pack.clone(),
+                pack: pull::resolve(&o.model)?,
                 open: open_options(&o, SelfTest::Auto, parallel),
                 host,
                 port,
