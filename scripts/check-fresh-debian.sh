@@ -43,6 +43,13 @@ if [ ! -e "$root/etc/debian_version" ]; then
     timed "debootstrap bookworm" debootstrap --variant=minbase bookworm "$root" "$mirror" >/dev/null
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# Local CAs the host trusts (a TLS-intercepting proxy's, say): without them pip cannot
+# reach PyPI from inside. ca-certificates' install (by setup.sh) adds them to the bundle.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    [ ! -x "$root/usr/sbin/update-ca-certificates" ] || chroot "$root" update-ca-certificates >/dev/null 2>&1 || true
+fi
 
 mounted=()
 bind() { # bind SRC DEST [ro]
@@ -57,6 +64,7 @@ cleanup() {
 trap cleanup EXIT
 bind /proc /proc
 bind /dev /dev
+bind /dev/pts /dev/pts
 bind /sys /sys ro
 
 path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
