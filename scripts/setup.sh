@@ -59,7 +59,8 @@ fi
 if ! command -v cargo >/dev/null; then
     rustup_cmd="curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain $pinned"
     say "no cargo: installing Rust $pinned with rustup"
-    if command -v curl >/dev/null && sh -c "$rustup_cmd" >&2; then
+    if command -v curl >/dev/null && curl --proto '=https' --tlsv1.2 -sSf --connect-timeout 20 https://sh.rustup.rs \
+        | sh -s -- -y --profile minimal --default-toolchain "$pinned" >&2; then
         export PATH="$HOME/.cargo/bin:$PATH"
     else
         die "no cargo, and rustup could not be fetched here; install Rust $pinned, then rerun: $rustup_cmd"
