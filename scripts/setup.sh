@@ -47,7 +47,11 @@ apt_install() {
 
 # 1. System packages (Debian/Ubuntu). Ubuntu before 24.04 has no clang-19: apt.llvm.org.
 if have_apt; then
-    apt_install ca-certificates curl gcc libc6-dev clang-19 lld-19 llvm-19 python3 \
+    wanted=(ca-certificates clang-19 lld-19 llvm-19)
+    command -v cc >/dev/null || wanted+=(gcc libc6-dev)
+    command -v python3 >/dev/null || wanted+=(python3)
+    command -v cargo >/dev/null || [ -x "$HOME/.cargo/bin/cargo" ] || command -v curl >/dev/null || wanted+=(curl)
+    apt_install "${wanted[@]}" \
         || die "apt could not install the packages above; on Ubuntu before 24.04 add https://apt.llvm.org for clang-19/lld-19/llvm-19"
 fi
 
