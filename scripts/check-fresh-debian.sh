@@ -58,8 +58,10 @@ bind() { # bind SRC DEST [ro]
     mounted=("$root$2" "${mounted[@]}")
     [ "${3:-}" != ro ] || mount -o remount,bind,ro "$root$2"
 }
+overlay=""
 cleanup() {
     for m in "${mounted[@]}"; do umount -l "$m" 2>/dev/null || true; done
+    [ -z "$overlay" ] || rm -rf "$overlay"
 }
 trap cleanup EXIT
 bind /proc /proc
