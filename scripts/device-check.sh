@@ -143,7 +143,7 @@ if [ -f "$model" ]; then
         tg=$(awk -F'|' '/tg128/ {print $(NF-1)}' "$OUT/bench-llama.txt" | xargs)
         record "llama.cpp SmolLM2 Q4_1 (llama-bench)" "pp512 $pp t/s  tg128 $tg t/s"
     else
-        record "llama.cpp llama-bench" "not built (carry .peer, see README)"
+        record "llama.cpp llama-bench" "not built (carry .peer, see docs/DEVELOPING.md)"
     fi
 else
     record "strata-run checks" "SKIPPED: the default model was not carried"

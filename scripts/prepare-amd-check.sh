@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what scripts/device/amd-check.sh (the cross-vendor suite) needs into .device/amd/
 # (git-ignored): the test packs (two holding all 22 quant types, a qwen3 and a qwen3moe
-# pack; the default model travels apart, see README "GPU checks"), the wave32 AMD kernels
+# pack; the default model travels apart, see docs/DEVELOPING.md "GPU checks"), the wave32 AMD kernels
 # of each (gfx1100 plain and --checked, gfx1030), rendered with the CUDA prelude for sm_90,
 # with verify windows up to 16 and QSA; sm_90 artifacts for the HIP backend's runs (also
 # --checked, and with a planted wrong kernel and a planted hang); and

@@ -11,7 +11,7 @@
 #
 # The default model (94 MiB) is larger than one device call carries (64 MiB), so it
 # travels in pieces: .device-model/part-a and part-b, each carried by its own call ahead
-# of the check (see README, "GPU checks"); device-check.sh joins them.
+# of the check (see docs/DEVELOPING.md, "GPU checks"); device-check.sh joins them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked --bins

@@ -93,6 +93,32 @@ fn bad_input_gets_one_clear_line() {
     assert!(o.status.success(), "a full context ends generation: {}", text(&o.stderr));
 }
 
+/// `--backend auto` that lands on the CPU says, one line each, why CUDA and HIP were not
+/// used (here, with no GPU: their driver libraries are missing).
+#[test]
+fn auto_says_why_each_gpu_backend_was_passed_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llama = synth(dir.path(), "tiny-llama", "llama.gguf");
+    let o = run(&["generate", "--pack", &llama, "--backend", "auto", "--prompt", "x", "--max-tokens", "2"]);
+    let e = text(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    if !e.contains(", cpu)") {
+        return; // this machine has a GPU that auto chose
+    }
+    let skipped: Vec<_> = e.lines().filter(|l| l.starts_with("strata-run: --backend auto: ")).collect();
+    assert_eq!(skipped.len(), 2, "{e}");
+    assert!(skipped[0].contains("CUDA not used: ") && skipped[1].contains("HIP not used: "), "{e}");
+    // A driver library missing, no (supported) device, or a failure at init.
+    let reasons =
+        ["libcuda.so.1 not found", "no HIP runtime", "no device present", "no supported device", "failed at init"];
+    for line in &skipped {
+        assert!(reasons.iter().any(|r| line.contains(r)), "{line}");
+    }
+    let device = e.lines().position(|l| l.starts_with("strata-run: device: ")).expect("device line");
+    let last_skip = e.lines().position(|l| l.contains("HIP not used")).expect("skip line");
+    assert!(last_skip < device, "reasons come before the fallback: {e}");
+}
+
 /// A start that goes quiet for longer than --startup-timeout ends with the stage it was
 /// in (reading SmolLM2's tokenizer alone takes longer than the millisecond allowed here).
 #[test]

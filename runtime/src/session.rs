@@ -118,6 +118,10 @@ pub enum Event<'a> {
     Stage(&'static str),
     /// A device that is present but that strata has no target for, passed over.
     Unsupported(&'a DeviceEntry),
+    /// `--backend auto` did not use a GPU backend (`"CUDA"` or `"HIP"`), and why: its
+    /// driver library is missing, no supported device is present, or its start failed
+    /// (with the driver's message). One per backend passed over, before the fallback.
+    Skipped(&'static str, &'a str),
     /// The device chosen.
     Device(&'a DeviceInfo),
     /// A compilation stage (compiling into the cache).
@@ -168,16 +172,34 @@ pub fn open_backend(
         BackendChoice::Cuda => cuda(report),
         BackendChoice::Hip => hip(report),
         BackendChoice::Auto => {
-            if cuda::driver_present()
-                && let Ok(c) = cuda(report)
-            {
-                return Ok(c);
+            // Each GPU backend in turn; the reason one is passed over is reported, so a
+            // fallback to the CPU says why.
+            if !cuda::driver_present() {
+                report(Event::Skipped("CUDA", "driver library libcuda.so.1 not found"));
+            } else {
+                match cuda(report) {
+                    Ok(c) => return Ok(c),
+                    Err(e) => report(Event::Skipped("CUDA", &skip_reason("CUDA", &e))),
+                }
             }
-            if let Ok(h) = hip(report) {
-                return Ok(h);
+            match hip(report) {
+                Ok(h) => return Ok(h),
+                Err(e) => report(Event::Skipped("HIP", &skip_reason("HIP", &e))),
             }
             Ok(Box::new(Cpu::new()))
         }
+    }
+}
+
+/// Why `backend` was passed over, from its refusal: the message without its backend
+/// prefix; a failed driver call reads as a failure at init.
+fn skip_reason(backend: &str, e: &RunError) -> String {
+    match e {
+        RunError::NoDevice(m) => {
+            let m = m.strip_prefix(backend).and_then(|m| m.strip_prefix(" backend: ")).unwrap_or(m);
+            m.split_once(" on this machine").map_or(m, |(head, _)| head).to_string()
+        }
+        _ => format!("failed at init: {e}"),
     }
 }
 

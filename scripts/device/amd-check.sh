@@ -15,7 +15,7 @@
 # Prints a table last.
 #
 # Here: scripts/prepare-amd-check.sh, and the default model carried ahead in two calls
-# (README, "GPU checks"). There: carry .device/bin (or .device/bin.tar.xz, the folder
+# (docs/DEVELOPING.md, "GPU checks"). There: carry .device/bin (or .device/bin.tar.xz, the folder
 # compressed, beside a model piece) and .device/amd.tar.xz, run
 #   bash scripts/device/amd-check.sh
 set -uo pipefail

@@ -60,7 +60,7 @@ while read -r name preset types layers; do
     done
     rm -f "$pack"
 done < <(bench_packs)
-# The default model, where it was carried ahead (README, "GPU checks") with its artifacts.
+# The default model, where it was carried ahead (docs/DEVELOPING.md, "GPU checks") with its artifacts.
 model=/tmp/strata-model/smollm2.gguf
 if [ ! -f "$model" ] && [ -f /tmp/strata-model/a/part ] && [ -f /tmp/strata-model/b/part ]; then
     cat /tmp/strata-model/a/part /tmp/strata-model/b/part >"$model"

@@ -82,7 +82,7 @@ note=""
 if [ "${SKIP_LLAMA:-0}" != 0 ]; then
     note="llama.cpp skipped (SKIP_LLAMA=1)"
 elif ! [ -x /tmp/llb/bin/llama-bench ] && ! compgen -G ".peer/llama-bench.xz.part-*" >/dev/null; then
-    note="llama.cpp skipped: no llama-bench (carry .peer/llama-bench.xz.part-*, see README)"
+    note="llama.cpp skipped: no llama-bench (carry .peer/llama-bench.xz.part-*, see docs/DEVELOPING.md)"
 elif ! bash scripts/device/llama-bench.sh; then
     note="llama.cpp skipped: unpacking llama-bench failed"
 else

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end speculative decoding with the n-gram drafter, on the device machine: decode
 # tokens/s of a code-editing prompt with --spec 0 (off) and verify windows of 4, 8 and 16,
-# with each run's acceptance, on SmolLM2 (where the model was carried ahead, see README)
+# with each run's acceptance, on SmolLM2 (where the model was carried ahead, see docs/DEVELOPING.md)
 # and on the Llama-8B-shape Q4_0 pack (random weights: made here by the same synth
 # command as in scripts/prepare-bench.sh, whose WINDOWS=1 mode builds its artifacts).
 # Needs .device/bin, .device/artifacts.tar.xz (scripts/prepare-device.sh; for SmolLM2's)

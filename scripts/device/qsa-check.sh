@@ -8,7 +8,7 @@
 # the dense one. Prints a summary table last; exits 1 when a check fails.
 #
 # Here: scripts/prepare-device.sh. There, from the repo root, SmolLM2's two pieces
-# (README, "GPU checks") in two calls, the second within the machine's 30 warm seconds:
+# (docs/DEVELOPING.md, "GPU checks") in two calls, the second within the machine's 30 warm seconds:
 #   run carry=[".device-model/b"]
 #       command="mkdir -p /tmp/strata-model/b && cp .device-model/b/part /tmp/strata-model/b/"
 #   run carry=[".device-model/a", ".device/bin", ".device/artifacts.tar.xz"]
@@ -38,7 +38,7 @@ model=/tmp/strata-model/smollm2.gguf
 if [ ! -f "$model" ] && [ -f /tmp/strata-model/a/part ] && [ -f /tmp/strata-model/b/part ]; then
     cat /tmp/strata-model/a/part /tmp/strata-model/b/part >"$model"
 fi
-[ -f "$model" ] || { echo "SmolLM2 was not carried ahead to /tmp/strata-model (README, GPU checks)"; exit 1; }
+[ -f "$model" ] || { echo "SmolLM2 was not carried ahead to /tmp/strata-model (docs/DEVELOPING.md, GPU checks)"; exit 1; }
 checks=() rows=() fails=0
 record() { checks+=("$(printf '%-52s %s' "$1" "$2")"); [[ "$2" == PASS* ]] || fails=$((fails + 1)); }
 

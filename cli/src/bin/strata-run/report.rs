@@ -14,6 +14,7 @@ pub(crate) fn report(event: Event<'_>, bar: &ProgressBar, tested: &mut usize, ve
             "strata-run: skipping device {} ({}, {}): strata has no target for {}",
             d.ordinal, d.name, d.arch, d.arch
         ),
+        Event::Skipped(backend, why) => eprintln!("strata-run: --backend auto: {backend} not used: {why}"),
         Event::Device(d) => eprintln!("strata-run: device: {} ({}, {})", d.name, d.arch, d.backend),
         Event::Compile(stage) => eprintln!("strata-compile: {stage:?}"),
         Event::Artifacts(dir) => eprintln!("strata-run: artifacts: {}", dir.display()),
