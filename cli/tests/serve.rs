@@ -283,6 +283,22 @@ fn a_public_address_without_a_key_is_warned_about() {
     assert!(warned.is_some(), "no warning about serving 0.0.0.0 without a key");
 }
 
+/// `serve --backend auto` that lands on the CPU logs why CUDA and HIP were not used, as
+/// the other commands print it.
+#[test]
+fn auto_backend_logs_why_each_gpu_backend_was_passed_over() {
+    let Some(server) = Server::start(&["--backend", "auto"], &[], "ready") else { return };
+    let lines = server.log.lines();
+    let device = lines.iter().find(|l| l.contains("INFO device: ")).expect("the device is logged");
+    if !device.ends_with(", cpu)") {
+        return; // this machine has a GPU that auto chose
+    }
+    for backend in ["CUDA", "HIP"] {
+        let want = format!("--backend auto: {backend} not used: ");
+        assert!(lines.iter().any(|l| l.contains("WARN") && l.contains(&want)), "no {want:?} in {lines:#?}");
+    }
+}
+
 /// The `request` events of a JSON log for `route`.
 fn request_events(server: &Server, route: &str) -> Vec<Value> {
     server.log.json().into_iter().filter(|v| v["message"] == "request" && v["route"] == route).collect()

@@ -153,9 +153,14 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         }
         let mut stage = "pack";
         let opened = session::open(&config.pack, &config.open, &mut |event| {
-            if let Event::Stage(s) = event {
-                tracing::info!("loading: {s}");
-                stage = s;
+            match event {
+                Event::Stage(s) => {
+                    tracing::info!("loading: {s}");
+                    stage = s;
+                }
+                Event::Skipped(backend, why) => tracing::warn!("--backend auto: {backend} not used: {why}"),
+                Event::Device(d) => tracing::info!("device: {} ({}, {})", d.name, d.arch, d.backend),
+                _ => {}
             }
             dog.progress(stage);
         });

@@ -87,7 +87,8 @@ impl Server {
     fn launch(extra: &[&str], env: &[(&str, &str)], wait_for: &str) -> Option<Server> {
         let model = strata_tests::smollm2()?;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata-run"));
-        cmd.args(["serve", "--pack", model.to_str().expect("utf-8"), "--backend", "cpu", "--port", "0"])
+        cmd.args(["serve", "--pack", model.to_str().expect("utf-8"), "--port", "0"])
+            .args(if extra.contains(&"--backend") { &[][..] } else { &["--backend", "cpu"][..] })
             .args(if extra.contains(&"--ctx") { &[][..] } else { &["--ctx", "256"][..] })
             .args(extra)
             .env_remove("RUST_LOG")
