@@ -83,6 +83,7 @@ impl TargetRecord {
         match self.dialect {
             Dialect::Cuda => "CUDA",
             Dialect::Hip => "HIP",
+            Dialect::Host => "host C++",
         }
     }
 }

@@ -25,6 +25,8 @@ pub enum Dialect {
     Cuda,
     /// HIP, compiled to an AMDGPU code object.
     Hip,
+    /// C++ for the host CPU, compiled to a shared library (`crate::host`).
+    Host,
 }
 
 impl Dialect {
@@ -41,6 +43,7 @@ impl Dialect {
         match self {
             Dialect::Cuda => "cu",
             Dialect::Hip => "hip",
+            Dialect::Host => "cc",
         }
     }
 }
@@ -51,6 +54,18 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("cuda/prelude", include_str!("../../templates/cuda/prelude.cuh")),
     ("hip/prelude", include_str!("../../templates/hip/prelude.cuh")),
     ("host/prelude", include_str!("../../templates/host/prelude.cuh")),
+    ("host/x86_64", include_str!("../../templates/host/x86_64.cuh")),
+    ("host/aarch64", include_str!("../../templates/host/aarch64.cuh")),
+    ("host/ops/gemv", include_str!("../../templates/host/ops/gemv.cc.hbs")),
+    ("host/ops/gemm", include_str!("../../templates/host/ops/gemm.cc.hbs")),
+    ("host/ops/quantize_q8", include_str!("../../templates/host/ops/quantize_q8.cc.hbs")),
+    ("host/ops/attention_prefill", include_str!("../../templates/host/ops/attention_prefill.cc.hbs")),
+    ("host/ops/attention", include_str!("../../templates/host/ops/attention.cc.hbs")),
+    ("host/ops/attention_merge", include_str!("../../templates/host/ops/attention_merge.cc.hbs")),
+    ("host/ops/rope_store", include_str!("../../templates/host/ops/rope_store.cc.hbs")),
+    ("host/ops/rmsnorm", include_str!("../../templates/host/ops/rmsnorm.cc.hbs")),
+    ("host/ops/add_rmsnorm", include_str!("../../templates/host/ops/add_rmsnorm.cc.hbs")),
+    ("host/ops/silu_mul", include_str!("../../templates/host/ops/silu_mul.cc.hbs")),
     ("common", include_str!("../../templates/common.cuh")),
     ("matrix/mma_sync", include_str!("../../templates/matrix/mma_sync.cuh")),
     ("matrix/fma", include_str!("../../templates/matrix/fma.cuh")),
@@ -132,7 +147,7 @@ pub struct EmitError {
     pub message: String,
 }
 
-fn registry() -> Handlebars<'static> {
+pub(crate) fn registry() -> Handlebars<'static> {
     let mut h = Handlebars::new();
     h.set_strict_mode(true);
     h.register_escape_fn(handlebars::no_escape);
@@ -168,6 +183,9 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
     let prelude = match dialect {
         Dialect::Cuda => "cuda/prelude",
         Dialect::Hip => "hip/prelude",
+        Dialect::Host => {
+            return Err(EmitError { what: "module".into(), message: "host modules are rendered by host::emit".into() });
+        }
     };
     let mut source = String::new();
     let _ = writeln!(
@@ -245,7 +263,7 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
 }
 
 /// The lookup tables the given quant types read, as C arrays from `quant::grids`.
-fn tables(quants: &BTreeSet<GgmlType>) -> String {
+pub(crate) fn tables(quants: &BTreeSet<GgmlType>) -> String {
     use GgmlType as G;
     let mut out = String::from("\n// ---- lookup tables (format facts, from quant::grids) ----\n");
     let has = |ts: &[G]| ts.iter().any(|t| quants.contains(t));

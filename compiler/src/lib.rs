@@ -11,6 +11,7 @@ pub mod check;
 pub mod digest;
 pub mod emit;
 pub mod forward;
+pub mod host;
 pub mod inspect;
 pub mod model;
 pub mod ops;

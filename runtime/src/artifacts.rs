@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use strata_compiler::artifacts::{self, Manifest, Request, Stage};
 use strata_compiler::build::Toolchain;
 use strata_compiler::pack::Pack;
+use strata_compiler::emit::Dialect;
+use strata_compiler::host::{self, HostTarget};
 use strata_compiler::plan::Options;
 use strata_compiler::target::Target;
 
@@ -84,6 +86,13 @@ pub fn compile_for_device(
     options: Options,
     progress: &mut dyn FnMut(Stage),
 ) -> Result<Artifacts, RunError> {
+    if device.dialect == Some(Dialect::Host) {
+        let target = HostTarget::load(&device.arch).map_err(|e| RunError::Other(e.to_string()))?;
+        let tools = Toolchain::discover().map_err(|e| RunError::Other(e.to_string()))?;
+        let out = cache_dir().join("artifacts").join(format!("{}-{}", short(&pack.fingerprint()), target.name));
+        host::compile(pack, &target, &options, &tools, &out, progress).map_err(|e| RunError::Other(e.to_string()))?;
+        return open(&out, pack, device);
+    }
     let target = Target::load(&device.arch).map_err(|_| {
         RunError::Other(format!(
             "no strata target for this device's architecture {} ({}); compile for the nearest target with strata-compile and pass --artifacts",

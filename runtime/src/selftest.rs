@@ -239,7 +239,7 @@ pub fn test_kernel(
         return Err(RunError::Hang { kernel: spec.name.clone(), seconds: deadline.as_secs_f64() });
     }
     let time = start.elapsed();
-    let tolerance = spec.op.def().tolerance();
+    let tolerance = device.tolerance(spec);
     let mut max_error = 0f64;
     let mut first_bad = None;
     // A kernel that also quantizes its output `y` (a fused quantizer): its quants must be

@@ -9,6 +9,8 @@ use std::time::Duration;
 use strata_compiler::artifacts::Stage;
 use strata_compiler::model::ModelDesc;
 use strata_compiler::pack::Pack;
+use strata_compiler::build::Toolchain;
+use strata_compiler::host::HostTarget;
 use strata_compiler::plan::{ERROR_BUFFER, Int8Dot, MAX_WINDOW, Options};
 use strata_compiler::target::Target;
 
@@ -16,6 +18,7 @@ use crate::artifacts::{self, Artifacts};
 use crate::backend::cpu::Cpu;
 use crate::backend::cuda::{self, Cuda};
 use crate::backend::hip::{self, Hip};
+use crate::backend::host;
 use crate::backend::{Backend, DeviceEntry, DeviceInfo, RunError};
 use crate::kernels::Kernels;
 use crate::model::{ExpertOptions, Model, Placement, QsaConfig};
@@ -27,10 +30,12 @@ use crate::tokenizer::Tokenizer;
 /// Which backend to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// CUDA if a device is present, else HIP, else the CPU.
+    /// CUDA if a device is present, else HIP, else the host's generated kernels.
     Auto,
     /// The CPU reference.
     Cpu,
+    /// Kernels generated for the host CPU's target (`strata_compiler::host`).
+    Host,
     /// An NVIDIA GPU.
     Cuda,
     /// An AMD GPU.
@@ -86,6 +91,8 @@ pub struct OpenOptions {
     /// Greedy picks refuse non-finite logits and name the first non-finite layer (also
     /// on with artifacts compiled `--checked`).
     pub checked: bool,
+    /// Host backend workers (one per physical core when absent).
+    pub threads: Option<usize>,
 }
 
 impl Default for OpenOptions {
@@ -107,6 +114,7 @@ impl Default for OpenOptions {
             qsa: QsaConfig::OFF,
             experts: ExpertOptions::default(),
             checked: false,
+            threads: None,
         }
     }
 }
@@ -159,8 +167,19 @@ pub struct Session {
 pub fn open_backend(
     choice: BackendChoice,
     device: Option<usize>,
+    threads: Option<usize>,
     report: &mut dyn FnMut(Event<'_>),
 ) -> Result<Box<dyn Backend>, RunError> {
+    let host = || -> Result<Box<dyn Backend>, RunError> {
+        let target = HostTarget::detect().ok_or_else(|| {
+            RunError::NoDevice(format!(
+                "host backend: this CPU ({}) has none of the host targets' features ({}); use --backend cpu",
+                std::env::consts::ARCH,
+                strata_compiler::host::known_names().join(", ")
+            ))
+        })?;
+        Ok(Box::new(host::open(target, threads)?))
+    };
     let cuda = |report: &mut dyn FnMut(Event<'_>)| -> Result<Box<dyn Backend>, RunError> {
         Ok(Box::new(Cuda::new(pick("CUDA", &cuda::devices()?, device, report)?)?))
     };
@@ -169,6 +188,7 @@ pub fn open_backend(
     };
     match choice {
         BackendChoice::Cpu => Ok(Box::new(Cpu::new())),
+        BackendChoice::Host => host(),
         BackendChoice::Cuda => cuda(report),
         BackendChoice::Hip => hip(report),
         BackendChoice::Auto => {
@@ -185,6 +205,11 @@ pub fn open_backend(
             match hip(report) {
                 Ok(h) => return Ok(h),
                 Err(e) => report(Event::Skipped("HIP", &skip_reason("HIP", &e))),
+            }
+            // The host's kernels where its CPU has a target and clang is here to build
+            // them, else the reference.
+            if HostTarget::detect().is_some() && Toolchain::discover().is_ok() {
+                return host();
             }
             Ok(Box::new(Cpu::new()))
         }
@@ -277,7 +302,13 @@ pub fn prepare_device(
         report(Event::SelfTestCached);
     } else {
         report(Event::Stage("self-test"));
-        let outcomes = selftest::run(backend, &specs, opts.deadline, &mut |o| report(Event::SelfTest(o)))?;
+        // On the host, the ops without a generated kernel run the reference itself.
+        let tested: Vec<_> = if device.backend == "host" {
+            specs.iter().filter(|k| strata_compiler::host::has_kernel(k)).cloned().collect()
+        } else {
+            specs.clone()
+        };
+        let outcomes = selftest::run(backend, &tested, opts.deadline, &mut |o| report(Event::SelfTest(o)))?;
         if let Some(bad) = outcomes.iter().find(|o| !o.passed()) {
             return Err(RunError::Other(format!("self-test failed, refusing to serve: {}", bad.failure())));
         }
@@ -300,7 +331,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
         return Err(RunError::Other("a draft pack drafts for speculative decoding: add --spec T (2 to 16)".into()));
     }
     report(Event::Stage("device"));
-    let mut backend = open_backend(opts.backend, opts.device, report)?;
+    let mut backend = open_backend(opts.backend, opts.device, opts.threads, report)?;
     let device = backend.info();
     report(Event::Device(&device));
     let n_ctx = opts.ctx.unwrap_or(desc.context);

@@ -15,6 +15,7 @@ use strata_compiler::pack::Pack;
 use strata_compiler::plan::{Fault, Int8Dot, Options};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::{self, Preset, Tokenizer, Types};
+use strata_compiler::host::{self, HostTarget};
 use strata_compiler::target::{self, Target};
 
 #[derive(Parser)]
@@ -185,6 +186,11 @@ fn run(cli: Cli) -> Result<()> {
                     t.product
                 );
             }
+            println!("\n{:<10} {:<8} {:>7}  features", "host", "arch", "vector");
+            for name in host::known_names() {
+                let t = HostTarget::load(name)?;
+                println!("{:<10} {:<8} {:>6}B  {}", t.name, t.arch, t.isa.vector_bytes, t.isa.features.join(" "));
+            }
             Ok(())
         }
         Command::Inspect { pack: path, json, tensor, dequant } => {
@@ -248,11 +254,14 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn compile(args: CompileArgs) -> Result<()> {
-    let (Some(pack), Some(target), Some(out)) = (args.pack, args.target, args.out) else {
+    let (Some(pack), Some(target), Some(out)) = (args.pack.clone(), args.target.clone(), args.out.clone()) else {
         bail!("--model, --target and --out are required")
     };
     let pack = strata_cli::pull::resolve(&pack)?;
     let started = std::time::Instant::now();
+    if HostTarget::is_host(&target) {
+        return compile_host(&pack, &HostTarget::load(&target)?, &args, &out, started);
+    }
     let target = Target::load(&target)?;
     let run_on = args.run_on.as_deref().map(Target::load).transpose()?;
     let pack = Pack::open(&pack)?;
@@ -318,6 +327,43 @@ fn compile(args: CompileArgs) -> Result<()> {
             String::new()
         },
         if args.checked { ", bounds-checked" } else { "" },
+    );
+    Ok(())
+}
+
+/// `strata-compile --target <host target>`: the host's kernels, built into a shared
+/// library.
+fn compile_host(
+    pack: &std::path::Path,
+    target: &HostTarget,
+    args: &CompileArgs,
+    out: &std::path::Path,
+    started: std::time::Instant,
+) -> Result<()> {
+    let pack = Pack::open(pack)?;
+    let options = Options {
+        verify_window: args.spec,
+        int8: args.int8,
+        prefill: !args.no_prefill,
+        qsa_block: args.qsa_block,
+        ..Options::default()
+    };
+    if args.emit_only {
+        let (_, module) = host::render(&pack, target, &options)?;
+        std::fs::create_dir_all(out)?;
+        std::fs::write(out.join("module.cc"), &module.source)?;
+        eprintln!("rendered {} host kernels for {} in {}", module.kernels.len(), target.name, out.display());
+        return Ok(());
+    }
+    let tools = Toolchain::discover()?;
+    let manifest = host::compile(&pack, target, &options, &tools, out, &mut |_| {})?;
+    let native = manifest.kernels.iter().filter(|k| !k.source.is_empty()).count();
+    eprintln!(
+        "compiled {native} host kernels for {} ({} more run the reference) into {}: {:.1} s",
+        target.name,
+        manifest.kernels.len() - native,
+        out.join(host::LIBRARY).display(),
+        started.elapsed().as_secs_f64()
     );
     Ok(())
 }

@@ -215,6 +215,9 @@ pub fn build(module: &Module, target: &Target, tools: &Toolchain, dir: &Path) ->
     let (file_name, mut command) = match module.dialect {
         Dialect::Cuda => ("module.ptx", cuda::command(&arch, target.build.ptx_isa.unwrap_or(80))),
         Dialect::Hip => ("module.hsaco", hip::command(&arch)),
+        Dialect::Host => {
+            return Err(BuildError::Tool { tool: "build".into(), message: "host modules build through host::compile".into() });
+        }
     };
     let output = dir.join(file_name);
     command.extend(["-O3".into(), "-ffp-contract=off".into(), "-o".into()]);
@@ -235,7 +238,7 @@ pub fn build(module: &Module, target: &Target, tools: &Toolchain, dir: &Path) ->
         Dialect::Cuda => {
             (cuda::resources(tools, &output, &arch, &names)?, cuda::geometry(&String::from_utf8_lossy(&binary)))
         }
-        Dialect::Hip => hip::resources(tools, &output, &String::from_utf8_lossy(&out.stderr))?,
+        Dialect::Hip | Dialect::Host => hip::resources(tools, &output, &String::from_utf8_lossy(&out.stderr))?,
     };
     let mut full = vec![tools.clang.display().to_string()];
     full.extend(command);

@@ -10,6 +10,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod gpu;
 pub mod hip;
+pub mod host;
 
 use std::time::{Duration, Instant};
 
@@ -49,7 +50,7 @@ pub enum Arg {
 /// What a backend runs on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeviceInfo {
-    /// Backend name: `cpu`, `cuda` or `hip`.
+    /// Backend name: `cpu` (the reference), `host`, `cuda` or `hip`.
     pub backend: &'static str,
     /// The device's name.
     pub name: String,
@@ -143,9 +144,16 @@ pub trait Backend {
     /// What this backend runs on.
     fn info(&self) -> DeviceInfo;
 
-    /// Makes the kernels of `module` (a PTX text or code object; ignored by the CPU
-    /// backend) launchable by name.
+    /// Makes the kernels of `module` (a PTX text, code object or host library; ignored
+    /// by the CPU reference) launchable by name.
     fn load(&mut self, module: &[u8], kernels: &[KernelRecord]) -> Result<(), RunError>;
+
+    /// How far this backend's outputs of `spec` may be from the CPU reference's in the
+    /// self-test, relative to the largest reference magnitude (the op's own tolerance,
+    /// unless the backend computes it otherwise).
+    fn tolerance(&self, spec: &KernelRecord) -> f64 {
+        spec.op.def().tolerance()
+    }
 
     /// A zero-filled buffer of `bytes`.
     fn alloc(&mut self, bytes: usize) -> Result<BufferId, RunError>;

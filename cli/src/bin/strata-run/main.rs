@@ -253,6 +253,9 @@ struct OpenArgs {
     /// Backend.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
+    /// Host backend worker threads (default: one per physical core).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
     /// The GPU to run on, by its index on the backend (default: the first supported one;
     /// devices strata has no target for, such as an integrated GPU, are named and skipped).
     #[arg(long, value_name = "N")]
@@ -386,9 +389,16 @@ fn api_key(flag: Option<String>, file: Option<&std::path::Path>) -> Result<Optio
 
 #[derive(Clone, Copy, ValueEnum)]
 enum BackendArg {
+    /// A GPU (CUDA, then HIP), else the host's generated kernels, else the reference.
     Auto,
+    /// The CPU reference: plain Rust, the oracle every kernel is tested against; slow.
+    #[value(alias = "reference")]
     Cpu,
+    /// Kernels generated and compiled for this CPU (AVX2, AVX-512, NEON), on all cores.
+    Host,
+    /// An NVIDIA GPU.
     Cuda,
+    /// An AMD GPU.
     Hip,
 }
 
@@ -423,6 +433,7 @@ fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOption
         backend: match args.backend {
             BackendArg::Auto => BackendChoice::Auto,
             BackendArg::Cpu => BackendChoice::Cpu,
+            BackendArg::Host => BackendChoice::Host,
             BackendArg::Cuda => BackendChoice::Cuda,
             BackendArg::Hip => BackendChoice::Hip,
         },
@@ -445,6 +456,7 @@ fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOption
             vram_budget_mib: args.vram_budget,
         },
         checked: args.checked,
+        threads: args.threads,
     }
 }
 
@@ -696,7 +708,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("{:<44} {:>4} {:>10} {:>9} {:>12}", "kernel", "", "max error", "tolerance", "time");
             let s = open(&o, SelfTest::Always, true, 1)?;
             if s.device.backend == "cpu" {
-                bail!("the self-test compares a GPU backend with the CPU reference; no GPU backend was found");
+                bail!("the self-test compares a GPU or host backend with the CPU reference; none was found");
             }
             println!("self-test passed on {} ({})", s.device.name, s.device.arch);
             Ok(())

@@ -34,6 +34,7 @@ mod softmax;
 
 use std::time::Duration;
 
+use strata_compiler::emit::Dialect;
 use strata_compiler::ops::Op;
 use strata_compiler::plan::KernelRecord;
 
@@ -42,6 +43,7 @@ pub use self::moe_route::{moe_route, route_weights, top_experts};
 pub use self::qsa_score::qsa_bound;
 pub use self::qsa_select::qsa_select;
 pub use self::quantize_q8::quantize_q8;
+use super::host::HostKernels;
 use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, RunError, bind};
 use io::OpIo;
 
@@ -53,6 +55,8 @@ pub struct Cpu {
     errors: Option<BufferId>,
     capturing: Option<Vec<Recorded>>,
     graphs: Vec<Vec<Recorded>>,
+    /// The host backend's generated kernels, run in place of the references they cover.
+    kernels: Option<Box<HostKernels>>,
 }
 
 /// A recorded step of a capture.
@@ -68,9 +72,18 @@ impl Cpu {
         Cpu::default()
     }
 
-    /// Runs the reference of `spec`'s op on `args` (in the record's order): the op's
-    /// module computes its outputs from the inputs, then they are stored.
+    /// The host backend: these generated kernels, each in place of its op's reference.
+    pub fn with_kernels(kernels: HostKernels) -> Cpu {
+        Cpu { kernels: Some(Box::new(kernels)), ..Cpu::default() }
+    }
+
+    /// Runs `spec` on `args` (in the record's order): its host kernel where there is one,
+    /// else the reference of its op, whose module computes the outputs from the inputs,
+    /// then they are stored.
     fn run(&mut self, spec: &KernelRecord, args: &[Arg]) -> Result<(), RunError> {
+        if let Some(kernels) = self.kernels.as_mut().filter(|k| k.has(spec)) {
+            return kernels.run(spec, args, &mut self.buffers);
+        }
         let io = &mut OpIo::new(spec, args, &mut self.buffers);
         match &spec.op {
             Op::Gemv(op) => gemv::run(op, io)?,
@@ -109,6 +122,16 @@ fn zeroed(bytes: usize) -> Result<Vec<u8>, RunError> {
 
 impl Backend for Cpu {
     fn info(&self) -> DeviceInfo {
+        if let Some(k) = &self.kernels {
+            return DeviceInfo {
+                backend: "host",
+                name: format!("host CPU ({}, {} threads)", k.target().product, k.threads()),
+                arch: k.target().name.clone(),
+                driver: String::new(),
+                memory: 0,
+                dialect: Some(Dialect::Host),
+            };
+        }
         DeviceInfo {
             backend: "cpu",
             name: format!("host CPU ({} threads)", rayon::current_num_threads()),
@@ -119,8 +142,18 @@ impl Backend for Cpu {
         }
     }
 
-    fn load(&mut self, _module: &[u8], _kernels: &[KernelRecord]) -> Result<(), RunError> {
-        Ok(())
+    fn load(&mut self, module: &[u8], kernels: &[KernelRecord]) -> Result<(), RunError> {
+        match &mut self.kernels {
+            Some(k) => k.load(module, kernels),
+            None => Ok(()),
+        }
+    }
+
+    fn tolerance(&self, spec: &KernelRecord) -> f64 {
+        match &self.kernels {
+            Some(_) => strata_compiler::host::tolerance(&spec.op),
+            None => spec.op.def().tolerance(),
+        }
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<BufferId, RunError> {

@@ -1,0 +1,30 @@
+// ---- strata instruction-set prelude: x86_64 ---------------------------------------------
+// The only instruction-set-specific host code: the int8 dot of 32 weights with 32
+// activations. aarch64.cuh gives the same names.
+#include <immintrin.h>
+
+// The products of 32 signed weights w and 32 signed activations x, summed in fours:
+// lane i holds products 4i..4i+3, so lanes 0-3 sum the first 16 and lanes 4-7 the last 16.
+// AVX-512 VNNI: unsigned |w| times x with w's sign (VPDPBUSD multiplies unsigned by
+// signed); AVX2: the same through VPMADDUBSW (pairs never saturate: |w| <= 128, |x| <= 127)
+// and VPMADDWD.
+STRATA_DEVICE strata_i32x8 strata_dot32(strata_i8x32 w, strata_i8x32 x) {
+    const __m256i wv = (__m256i)w, xv = (__m256i)x;
+    const __m256i u = _mm256_abs_epi8(wv);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
+    const __m256i sx = _mm256_mask_sub_epi8(xv, _mm256_movepi8_mask(wv), _mm256_setzero_si256(), xv);
+    return (strata_i32x8)_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, sx);
+#else
+    const __m256i sx = _mm256_sign_epi8(xv, wv);
+    return (strata_i32x8)_mm256_madd_epi16(_mm256_maddubs_epi16(u, sx), _mm256_set1_epi16(1));
+#endif
+}
+// The same for weights known to lie in 0..127 (4- and 5-bit quants as stored): no sign to
+// move.
+STRATA_DEVICE strata_i32x8 strata_dot32u(strata_i8x32 w, strata_i8x32 x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return (strata_i32x8)_mm256_dpbusd_epi32(_mm256_setzero_si256(), (__m256i)w, (__m256i)x);
+#else
+    return (strata_i32x8)_mm256_madd_epi16(_mm256_maddubs_epi16((__m256i)w, (__m256i)x), _mm256_set1_epi16(1));
+#endif
+}
