@@ -55,6 +55,9 @@ pub enum Preset {
     SmolLm2,
     /// Llama-3-8B (llama): 32 layers, 4096 wide, FFN 14336, 32/8 heads of 128.
     Llama8B,
+    /// Llama-3.2-1B (llama): 16 layers, 2048 wide, FFN 8192, 32/8 heads of 64, tied
+    /// output (the host backend's benchmark shape).
+    Llama1B,
     /// Qwen3-0.6B (qwen3): 28 layers, 1024 wide, FFN 3072, 16/8 heads of 128.
     Qwen3Small,
     /// Qwen3-30B-A3B (qwen3moe): 48 layers, 2048 wide, 128 experts (8 used) of 768,
@@ -70,9 +73,10 @@ pub enum Preset {
 
 impl Preset {
     /// Every preset with its command-line name.
-    pub const ALL: [(Preset, &'static str); 7] = [
+    pub const ALL: [(Preset, &'static str); 8] = [
         (Preset::SmolLm2, "smollm2-135m"),
         (Preset::Llama8B, "llama-8b"),
+        (Preset::Llama1B, "llama-1b"),
         (Preset::Qwen3Small, "qwen3-0.6b"),
         (Preset::Qwen3Moe30B, "qwen3-30b-a3b"),
         (Preset::TinyLlama, "tiny-llama"),
@@ -120,6 +124,12 @@ impl Preset {
                 rope_base: 500_000.0,
                 tied_output: false,
                 ..dense(Family::Llama, 32, 4096, 14_336, 32, 8, 128)
+            },
+            Preset::Llama1B => Shape {
+                vocab: Some(128_256),
+                context: 131_072,
+                rope_base: 500_000.0,
+                ..dense(Family::Llama, 16, 2048, 8192, 32, 8, 64)
             },
             Preset::Qwen3Small => Shape {
                 vocab: Some(151_936),

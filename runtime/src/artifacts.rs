@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use strata_compiler::artifacts::{self, Manifest, Request, Stage};
 use strata_compiler::build::Toolchain;
-use strata_compiler::pack::Pack;
 use strata_compiler::emit::Dialect;
 use strata_compiler::host::{self, HostTarget};
+use strata_compiler::pack::Pack;
 use strata_compiler::plan::Options;
 use strata_compiler::target::Target;
 

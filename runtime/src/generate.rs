@@ -261,13 +261,15 @@ pub fn bench_at(
 
 /// llama.cpp's figures for the same measurement, from its `llama-bench` binary at
 /// `binary` on `pack` (all layers on the GPU, flash attention, JSON output): (prompt
-/// tokens/s, decode tokens/s), each llama-bench's mean over `reps` runs.
+/// tokens/s, decode tokens/s), each llama-bench's mean over `reps` runs; with `threads`,
+/// on that many CPU threads (a CPU build's comparison with the host backend).
 pub fn llama_bench(
     binary: &std::path::Path,
     pack: &std::path::Path,
     pp: usize,
     tg: usize,
     reps: usize,
+    threads: Option<usize>,
 ) -> Result<(f64, f64), RunError> {
     let fail = |what: String| RunError::Other(format!("llama-bench ({}): {what}", binary.display()));
     let out = std::process::Command::new(binary)
@@ -275,6 +277,7 @@ pub fn llama_bench(
         .arg(pack)
         .args(["-ngl", "99", "-fa", "1", "-o", "json"])
         .args(["-p", &pp.to_string(), "-n", &tg.to_string(), "-r", &reps.max(1).to_string()])
+        .args(threads.map(|t| ["-t".to_string(), t.to_string()]).into_iter().flatten())
         .output()
         .map_err(|e| fail(e.to_string()))?;
     if !out.status.success() {

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_compiler::artifacts::Stage;
-use strata_compiler::model::ModelDesc;
-use strata_compiler::pack::Pack;
 use strata_compiler::build::Toolchain;
 use strata_compiler::host::HostTarget;
+use strata_compiler::model::ModelDesc;
+use strata_compiler::pack::Pack;
 use strata_compiler::plan::{ERROR_BUFFER, Int8Dot, MAX_WINDOW, Options};
 use strata_compiler::target::Target;
 

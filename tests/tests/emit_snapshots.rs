@@ -166,3 +166,23 @@ fn prefill_attention_kernels() {
         insta::assert_snapshot!(format!("prefill_attention_kernels_{name}"), text);
     }
 }
+
+/// The host kernels of a pack for the x86_64-v4 host target (the same text for every host
+/// target but the instruction-set prelude, which the build test covers).
+#[test]
+fn host_kernels() {
+    use strata_compiler::host::{self, HostTarget};
+    let weights = [GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::IQ1_M, GgmlType::IQ2_XS];
+    let pack = Pack::from_bytes("snapshot.gguf", synthetic_pack(Preset::TinyQwen3, 1, &weights)).expect("valid");
+    let target = HostTarget::load("x86_64-v4").expect("shipped");
+    let (plan, module) =
+        host::render(&pack, &target, &Options { verify_window: 2, ..Options::default() }).expect("renders");
+    let keep = representative(&plan);
+    let text: String = module
+        .kernels
+        .iter()
+        .filter(|k| keep.contains(&k.name.as_str()))
+        .map(|k| format!("=== {} ===\n{}\n", k.name, k.text))
+        .collect();
+    insta::assert_snapshot!("host_kernels_x86_64-v4", text);
+}

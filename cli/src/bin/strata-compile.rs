@@ -10,12 +10,12 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use strata_compiler::artifacts::{self, Request, Stage};
 use strata_compiler::build::{Resources, Toolchain};
+use strata_compiler::host::{self, HostTarget};
 use strata_compiler::inspect::{self, bytes};
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::{Fault, Int8Dot, Options};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::{self, Preset, Tokenizer, Types};
-use strata_compiler::host::{self, HostTarget};
 use strata_compiler::target::{self, Target};
 
 #[derive(Parser)]

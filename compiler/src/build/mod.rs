@@ -216,7 +216,10 @@ pub fn build(module: &Module, target: &Target, tools: &Toolchain, dir: &Path) ->
         Dialect::Cuda => ("module.ptx", cuda::command(&arch, target.build.ptx_isa.unwrap_or(80))),
         Dialect::Hip => ("module.hsaco", hip::command(&arch)),
         Dialect::Host => {
-            return Err(BuildError::Tool { tool: "build".into(), message: "host modules build through host::compile".into() });
+            return Err(BuildError::Tool {
+                tool: "build".into(),
+                message: "host modules build through host::compile".into(),
+            });
         }
     };
     let output = dir.join(file_name);

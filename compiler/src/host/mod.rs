@@ -94,7 +94,11 @@ pub fn options(mut options: Options) -> Options {
 }
 
 /// Plans `pack` for the host and renders its kernels (no toolchain needed).
-pub fn render(pack: &Pack, target: &HostTarget, options: &Options) -> Result<(plan::Plan, crate::emit::Module), CompileError> {
+pub fn render(
+    pack: &Pack,
+    target: &HostTarget,
+    options: &Options,
+) -> Result<(plan::Plan, crate::emit::Module), CompileError> {
     let model = ModelDesc::from_pack(pack)?;
     let planner = Target::load(PLANNER).map_err(|e| CompileError::Cross(e.to_string()))?;
     let plan = plan::plan(&model, pack, &planner, &self::options(options.clone()))?;
@@ -210,8 +214,8 @@ pub fn compile(
         },
         kernels,
     };
-    let text =
-        toml::to_string(&manifest).map_err(|e| CompileError::Io { path: out.join(MANIFEST), message: e.to_string() })?;
+    let text = toml::to_string(&manifest)
+        .map_err(|e| CompileError::Io { path: out.join(MANIFEST), message: e.to_string() })?;
     std::fs::write(out.join(MANIFEST), text).map_err(io(&out.join(MANIFEST)))?;
     Ok(manifest)
 }

@@ -633,9 +633,12 @@ fn run(cli: Cli) -> Result<()> {
                 print_window_report(&report);
             }
             if let Some(binary) = llama_bench {
+                // On the host, llama.cpp gets as many threads as the host backend had.
+                let threads = (s.device.backend == "host")
+                    .then(|| o.threads.unwrap_or_else(strata_runtime::backend::host::physical_cores));
                 drop(s); // llama.cpp gets the whole device
-                let (lpp, ltg) =
-                    generate::llama_bench(&binary, &pull::resolve(&o.model)?, prompt_tokens, gen_tokens, reps)?;
+                let model = pull::resolve(&o.model)?;
+                let (lpp, ltg) = generate::llama_bench(&binary, &model, prompt_tokens, gen_tokens, reps, threads)?;
                 println!(
                     "llama.cpp pp{prompt_tokens} {lpp:.1} t/s  tg{gen_tokens} {ltg:.1} t/s  ratio strata/llama.cpp: pp {:.2}x  tg {:.2}x",
                     pp / lpp,

@@ -74,7 +74,8 @@ pub struct HostKernels {
 /// A host backend for `target` with `threads` workers (physical cores when `None`).
 pub fn open(target: HostTarget, threads: Option<usize>) -> Result<Cpu, RunError> {
     let threads = threads.unwrap_or_else(physical_cores).max(1);
-    let pool = Pool::new(threads).map_err(|e| RunError::Other(format!("host backend: cannot start {threads} worker threads: {e}")))?;
+    let pool = Pool::new(threads)
+        .map_err(|e| RunError::Other(format!("host backend: cannot start {threads} worker threads: {e}")))?;
     Ok(Cpu::with_kernels(HostKernels {
         target,
         threads,
@@ -131,7 +132,8 @@ impl HostKernels {
         // through `launch` with the arguments their records describe.
         let library = unsafe { libloading::Library::new(&path) };
         let _ = std::fs::remove_file(&path);
-        let library = library.map_err(|e| RunError::Other(format!("host backend: cannot load the kernel library: {e}")))?;
+        let library =
+            library.map_err(|e| RunError::Other(format!("host backend: cannot load the kernel library: {e}")))?;
         let mut found = HashMap::new();
         for k in kernels.iter().filter(|k| host::has_kernel(k)) {
             // SAFETY: every host kernel is `extern "C" void NAME(const strata_call*)`.
@@ -152,7 +154,8 @@ impl HostKernels {
     /// Runs `spec`'s host kernel on `args` (checked by `bind`) over `buffers`: each phase
     /// of its schedule split into one part per worker, or one part here.
     pub fn run(&mut self, spec: &KernelRecord, args: &[Arg], buffers: &mut [Vec<u8>]) -> Result<(), RunError> {
-        let kernel = *self.kernels.get(&spec.name).ok_or_else(|| RunError::Other(format!("no host kernel {}", spec.name)))?;
+        let kernel =
+            *self.kernels.get(&spec.name).ok_or_else(|| RunError::Other(format!("no host kernel {}", spec.name)))?;
         let nb = spec.buffers.len();
         let mut bufs = Vec::with_capacity(nb);
         for a in &args[..nb] {

@@ -54,7 +54,9 @@ impl Pool {
         let mut workers = Vec::new();
         for part in 1..threads.max(1) {
             let shared = Arc::clone(&shared);
-            workers.push(std::thread::Builder::new().name(format!("strata-host-{part}")).spawn(move || work(&shared, part))?);
+            workers.push(
+                std::thread::Builder::new().name(format!("strata-host-{part}")).spawn(move || work(&shared, part))?,
+            );
         }
         Ok(Pool { shared, workers })
     }
