@@ -241,7 +241,8 @@ pub fn build(module: &Module, target: &Target, tools: &Toolchain, dir: &Path) ->
         Dialect::Cuda => {
             (cuda::resources(tools, &output, &arch, &names)?, cuda::geometry(&String::from_utf8_lossy(&binary)))
         }
-        Dialect::Hip | Dialect::Host => hip::resources(tools, &output, &String::from_utf8_lossy(&out.stderr))?,
+        Dialect::Hip => hip::resources(tools, &output, &String::from_utf8_lossy(&out.stderr))?,
+        Dialect::Host => unreachable!("refused above: host modules build through host::compile"),
     };
     let mut full = vec![tools.clang.display().to_string()];
     full.extend(command);
