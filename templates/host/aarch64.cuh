@@ -1,6 +1,6 @@
 // ---- strata instruction-set prelude: aarch64 --------------------------------------------
 // The only instruction-set-specific host code: the int8 dot of 32 weights with 32
-// activations. x86_64.cuh gives the same names.
+// activations, and a GEMM panel's dot. x86_64.cuh gives the same names.
 #include <arm_neon.h>
 
 // The products of 32 signed weights w and 32 signed activations x, summed in fours:
@@ -20,3 +20,10 @@ STRATA_DEVICE strata_i32x8 strata_dot32(strata_i8x32 w, strata_i8x32 x) {
 }
 // Weights in 0..127: SDOT takes them as they are.
 STRATA_DEVICE strata_i32x8 strata_dot32u(strata_i8x32 w, strata_i8x32 x) { return strata_dot32(w, x); }
+
+// A GEMM panel's dot: acc + in each row's lane the dot of its four weights in w with the
+// column's four quants x (SDOT takes signed weights as they are: no bias).
+#define STRATA_PANEL_BIAS 0
+STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x) {
+    return (strata_pi32)vdotq_s32((int32x4_t)acc, (int8x16_t)w, vreinterpretq_s8_s32(vdupq_n_s32(x)));
+}

@@ -50,6 +50,12 @@ STRATA_DEVICE i32 strata_round_away(float v) {
 typedef i8 strata_i8x32 __attribute__((ext_vector_type(32)));
 typedef i32 strata_i32x8 __attribute__((ext_vector_type(8)));
 typedef float strata_f32x8 __attribute__((ext_vector_type(8)));
+// A GEMM panel's vectors: one lane per weight row (STRATA_PANEL_ROWS rows, a register's
+// worth of 32-bit lanes), four int8 weights of each row in the i8 form.
+#define STRATA_PANEL_ROWS {{panel_rows}}
+typedef i32 strata_pi32 __attribute__((ext_vector_type(STRATA_PANEL_ROWS)));
+typedef float strata_pf32 __attribute__((ext_vector_type(STRATA_PANEL_ROWS)));
+typedef i8 strata_pi8 __attribute__((ext_vector_type(4 * STRATA_PANEL_ROWS)));
 STRATA_DEVICE strata_i8x32 strata_load_i8x32(const void* p) {
     strata_i8x32 v;
     __builtin_memcpy(&v, p, 32);

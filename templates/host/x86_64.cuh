@@ -1,6 +1,6 @@
 // ---- strata instruction-set prelude: x86_64 ---------------------------------------------
 // The only instruction-set-specific host code: the int8 dot of 32 weights with 32
-// activations. aarch64.cuh gives the same names.
+// activations, and a GEMM panel's dot. aarch64.cuh gives the same names.
 #include <immintrin.h>
 
 // The products of 32 signed weights w and 32 signed activations x, summed in fours:
@@ -28,3 +28,28 @@ STRATA_DEVICE strata_i32x8 strata_dot32u(strata_i8x32 w, strata_i8x32 x) {
     return (strata_i32x8)_mm256_madd_epi16(_mm256_maddubs_epi16((__m256i)w, (__m256i)x), _mm256_set1_epi16(1));
 #endif
 }
+
+// A GEMM panel's dot: acc + in each row's lane the dot of its four weights in w with the
+// column's four quants x. STRATA_PANEL_BIAS is what a signed weight is stored plus: VPDPBUSD
+// takes unsigned weights (one instruction a dot; the caller takes back 128 times the
+// quants' sum); AVX2 moves the signs onto x instead and stores weights as they are.
+#if STRATA_PANEL_ROWS == 16 && defined(__AVX512VNNI__)
+#define STRATA_PANEL_BIAS 128
+STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x) {
+    return (strata_pi32)_mm512_dpbusd_epi32((__m512i)acc, (__m512i)w, _mm512_set1_epi32(x));
+}
+#elif STRATA_PANEL_ROWS == 8 && defined(__AVXVNNI__)
+#define STRATA_PANEL_BIAS 128
+STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x) {
+    return (strata_pi32)_mm256_dpbusd_avx_epi32((__m256i)acc, (__m256i)w, _mm256_set1_epi32(x));
+}
+#elif STRATA_PANEL_ROWS == 8
+#define STRATA_PANEL_BIAS 0
+STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x) {
+    const __m256i wv = (__m256i)w, sx = _mm256_sign_epi8(_mm256_set1_epi32(x), wv);
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wv), sx), _mm256_set1_epi16(1));
+    return acc + (strata_pi32)p;
+}
+#else
+#error "no panel dot for this register width and instruction set"
+#endif

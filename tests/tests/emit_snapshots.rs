@@ -167,8 +167,8 @@ fn prefill_attention_kernels() {
     }
 }
 
-/// The host kernels of a pack for the x86_64-v4 host target (the same text for every host
-/// target but the instruction-set prelude, which the build test covers).
+/// The host kernels of a pack for the x86_64-v4 host target (other host targets differ in
+/// their instruction-set prelude and GEMM panel sizes, which the build test covers).
 #[test]
 fn host_kernels() {
     use strata_compiler::host::{self, HostTarget};

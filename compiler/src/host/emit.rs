@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::{ATTENTION_BLOCK, GEMM_TILE_ROWS, GEMM_TILE_TOKENS, HostTarget, unsigned_weights};
+use super::{ATTENTION_BLOCK, HostTarget, gemm_panel, unsigned_weights};
 use crate::emit::{EmitError, KernelSource, Module, registry, tables};
 use crate::ops::{self, Op};
 use crate::plan::{ERROR_BUFFER, Elem, KernelRecord, Plan, Tuning, rules};
@@ -47,7 +47,7 @@ pub fn emit(plan: &Plan, target: &HostTarget) -> Result<Module, EmitError> {
     let render = |template: &str, what: &str, ctx: &Value| {
         h.render(template, ctx).map_err(|e| EmitError { what: what.into(), message: e.to_string() })
     };
-    let head = json!({ "checked": false });
+    let head = json!({ "checked": false, "panel_rows": target.isa.vector_bytes / 4 });
     let kernels: Vec<&KernelRecord> = plan.kernels.iter().filter(|k| has_kernel(k)).collect();
     let mut source = String::new();
     let _ = writeln!(
@@ -69,7 +69,7 @@ pub fn emit(plan: &Plan, target: &HostTarget) -> Result<Module, EmitError> {
     }
     let mut out = Vec::with_capacity(kernels.len());
     for k in kernels {
-        let text = render(&format!("host/ops/{}", k.op.kind()), &k.name, &context(k))?;
+        let text = render(&format!("host/ops/{}", k.op.kind()), &k.name, &context(k, target))?;
         let _ = write!(source, "\n#line 1 \"{}.cc\"\n", k.name);
         source.push_str(&text);
         out.push(KernelSource { name: k.name.clone(), hash: crate::digest::sha256_hex(text.as_bytes()), text });
@@ -79,7 +79,7 @@ pub fn emit(plan: &Plan, target: &HostTarget) -> Result<Module, EmitError> {
 
 /// The values a host template reads: the op's own fields, the bindings of its arguments
 /// and, for products, the weights' geometry.
-fn context(k: &KernelRecord) -> Value {
+fn context(k: &KernelRecord, target: &HostTarget) -> Value {
     let mut ctx = serde_json::to_value(&k.op).unwrap_or_else(|_| json!({}));
     ctx["name"] = json!(k.name);
     ctx["bind"] = json!(bindings(k));
@@ -101,8 +101,9 @@ fn context(k: &KernelRecord) -> Value {
         Op::Gemm(g) => {
             let mut p = product(g.quant, g.cols);
             p["q8"] = json!(rules::INT8_DOT.contains(&g.quant));
-            p["tile_rows"] = json!(GEMM_TILE_ROWS);
-            p["tile_tokens"] = json!(GEMM_TILE_TOKENS);
+            let panel = gemm_panel(target, g.cols);
+            p["panel_chunks"] = json!(panel.chunks);
+            p["tile_tokens"] = json!(panel.tokens);
             p
         }
         Op::AttentionPrefill(a) => {

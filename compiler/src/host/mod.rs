@@ -33,11 +33,29 @@ use crate::target::Target;
 /// The GPU target whose planner lays out the host's forward pass (its records' launch
 /// geometry is not used on the host).
 pub const PLANNER: &str = "sm_90";
-/// Weight rows of a GEMM tile: each input chunk is loaded once for them.
-pub const GEMM_TILE_ROWS: u32 = 4;
-/// Tokens of a GEMM tile: each weight chunk is decoded once for them. Rows × tokens
-/// accumulators of 8 lanes stay in registers (16 of x86_64-v4's 32).
-pub const GEMM_TILE_TOKENS: u32 = 4;
+/// How a host GEMM tiles its work, derived from the target's facts: a block of `rows`
+/// weight rows (one vector register of 32-bit lanes, a lane per row) is decoded a panel
+/// of `chunks` chunks of 32 at a time into a buffer of half the L1 data cache, and the
+/// columns are multiplied by it `tokens` at a time, their sums in registers beside the
+/// panel's eight weight vectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmPanel {
+    /// Weight rows of a block.
+    pub rows: u32,
+    /// Chunks of 32 features a panel holds (at most the matrix's).
+    pub chunks: u32,
+    /// Columns multiplied together.
+    pub tokens: u32,
+}
+
+/// The GEMM panel of `target` for a matrix of `cols` features.
+pub fn gemm_panel(target: &HostTarget, cols: u32) -> GemmPanel {
+    let rows = target.isa.vector_bytes / 4;
+    let fit = (target.cache.l1d_bytes / 2 / (rows * 32)).max(1);
+    let tokens = if target.isa.vector_registers >= 32 { 8 } else { 4 };
+    GemmPanel { rows, chunks: fit.min((cols / 32).max(1)), tokens }
+}
+
 /// Key positions a prompt's attention scores at once (one softmax rescale per block).
 pub const ATTENTION_BLOCK: u32 = 32;
 /// The shared library's file name in an artifact directory.
@@ -65,7 +83,7 @@ pub fn schedule(op: &Op, scalar: impl Fn(&str) -> u32) -> Schedule {
     match op {
         Op::Gemm(g) if crate::plan::rules::INT8_DOT.contains(&g.quant) => {
             let (tokens, cols) = (scalar("tokens") as usize, g.cols as usize);
-            Schedule { phases: 2, parallel: true, scratch: tokens * cols + tokens * cols / 32 * 8 }
+            Schedule { phases: 2, parallel: true, scratch: tokens * cols + tokens * cols / 32 * 16 }
         }
         Op::Gemm(_) => Schedule { phases: 2, parallel: true, scratch: 0 },
         Op::Gemv(_) | Op::AttentionPrefill(_) | Op::Attention(_) => Schedule { phases: 1, parallel: true, scratch: 0 },
