@@ -123,6 +123,14 @@ STRATA_DEVICE i32 strata_iq_sign4(u32 g, u32 s) {
     const u32 b = ((s & 15u) * 0x00204081u) & 0x01010101u;
     return (i32)((g ^ (b * 0xFFu)) + b);
 }
+// The 32 bytes of w (grid bytes, 1..127) with byte i negated where bit i of signs is set:
+// four bytes at a time unless the prelude has a whole-vector way (STRATA_SIGNS32).
+#ifndef STRATA_SIGNS32
+STRATA_DEVICE void strata_iq_signs32(i32* w, u32 signs) {
+#pragma unroll
+    for (u32 k = 0; k < 8; ++k) w[k] = strata_iq_sign4((u32)w[k], signs >> (4 * k));
+}
+#endif
 
 // The eight words at p (16-byte aligned) by two 16-byte loads.
 STRATA_DEVICE void strata_ld8w(const void* STRATA_RESTRICT p, u32* v) {
@@ -137,6 +145,15 @@ STRATA_DEVICE u32 strata_funnel(u32 lo, u32 hi, u32 sh) { return (u32)((((u64)hi
 // aligned u32 loads from p - 2 * odd and a u16 load at p + 4n - 2, then funnel shifts.
 // Reads only p - 2 * odd .. p + 4n, so within any 4-byte aligned run that holds p .. p + 4n.
 STRATA_DEVICE void strata_words2(const u8* STRATA_RESTRICT p, u32 odd, u32 rs, u32 n, u32* v) {
+#if STRATA_UNALIGNED_LOADS
+    // A CPU loads any address at full speed: the words as they lie.
+    for (u32 i = 0; i < n; ++i) {
+        u32 w;
+        __builtin_memcpy(&w, p + 4 * i, 4);
+        v[i] = w >> rs;
+    }
+    return;
+#endif
     const u32* a = (const u32*)(p - 2 * odd);
     const u32 sh = 16 * odd + rs;
     u32 lo = a[0];

@@ -8,6 +8,8 @@
 // cache serializes a warp's lookups of different entries, which IQ grid lookups are.
 #define STRATA_TABLE static __attribute__((device))
 #define STRATA_RESTRICT __restrict__
+// Whether any address loads at full speed (no: decoders load aligned words and shift).
+#define STRATA_UNALIGNED_LOADS 0
 // A pointer the caller guarantees 16-byte aligned (float rows of whole chunks), so that
 // copies from it become wide loads.
 #define STRATA_ALIGNED16(p) ((const u8*)__builtin_assume_aligned((p), 16))

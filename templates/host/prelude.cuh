@@ -5,6 +5,8 @@
 #define STRATA_DEVICE static inline __attribute__((always_inline))
 #define STRATA_TABLE static const
 #define STRATA_RESTRICT __restrict__
+// Whether any address loads at full speed (block decoders then skip their alignment shifts).
+#define STRATA_UNALIGNED_LOADS 1
 // A pointer the caller guarantees 16-byte aligned (float rows of whole chunks), so that
 // copies from it become wide loads (the host's test buffers may be unaligned: no promise).
 #define STRATA_ALIGNED16(p) (p)
@@ -50,12 +52,15 @@ STRATA_DEVICE i32 strata_round_away(float v) {
 typedef i8 strata_i8x32 __attribute__((ext_vector_type(32)));
 typedef i32 strata_i32x8 __attribute__((ext_vector_type(8)));
 typedef float strata_f32x8 __attribute__((ext_vector_type(8)));
+{{#if panel_rows}}
 // A GEMM panel's vectors: one lane per weight row (STRATA_PANEL_ROWS rows, a register's
-// worth of 32-bit lanes), four int8 weights of each row in the i8 form.
+// worth of 32-bit lanes), four int8 weights of each row in the i8 form. (Absent where only
+// the block decoders are built, without a target.)
 #define STRATA_PANEL_ROWS {{panel_rows}}
 typedef i32 strata_pi32 __attribute__((ext_vector_type(STRATA_PANEL_ROWS)));
 typedef float strata_pf32 __attribute__((ext_vector_type(STRATA_PANEL_ROWS)));
 typedef i8 strata_pi8 __attribute__((ext_vector_type(4 * STRATA_PANEL_ROWS)));
+{{/if}}
 STRATA_DEVICE strata_i8x32 strata_load_i8x32(const void* p) {
     strata_i8x32 v;
     __builtin_memcpy(&v, p, 32);

@@ -19,6 +19,17 @@ STRATA_DEVICE strata_i32x8 strata_dot32(strata_i8x32 w, strata_i8x32 x) {
     return (strata_i32x8)_mm256_madd_epi16(_mm256_maddubs_epi16(u, sx), _mm256_set1_epi16(1));
 #endif
 }
+// IQ grid bytes take their signs in one masked subtraction (common.cuh's
+// strata_iq_signs32 otherwise spreads each nibble of signs with a multiply).
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+#define STRATA_SIGNS32 1
+STRATA_DEVICE void strata_iq_signs32(i32* w, u32 signs) {
+    __m256i v;
+    __builtin_memcpy(&v, w, 32);
+    v = _mm256_mask_sub_epi8(v, (__mmask32)signs, _mm256_setzero_si256(), v);
+    __builtin_memcpy(w, &v, 32);
+}
+#endif
 // The same for weights known to lie in 0..127 (4- and 5-bit quants as stored): no sign to
 // move.
 STRATA_DEVICE strata_i32x8 strata_dot32u(strata_i8x32 w, strata_i8x32 x) {

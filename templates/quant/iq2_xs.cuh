@@ -20,21 +20,23 @@ STRATA_DEVICE void strata_dequant32_iq2_xs(const u8* STRATA_RESTRICT row, u32 ch
         }
     }
 }
-// The chunk's 32 weights as strata_w32: grid bytes (1..127) take their signs per byte
-// (strata_iq_sign4); the two 16-weight halves' 4-bit scales 2 s + 1 as s0 and s1;
+// The chunk's 32 weights as strata_w32: grid bytes (1..127) take their signs
+// (strata_iq_signs32); the two 16-weight halves' 4-bit scales 2 s + 1 as s0 and s1;
 // a = d / 8 (db = d (2 s + 1) / 8), b = 0.
 STRATA_DEVICE strata_w32 strata_decode32_iq2_xs(const u8* STRATA_RESTRICT row, u32 chunk, const u64* STRATA_RESTRICT grid) {
     const u8* b = row + 74u * (chunk >> 3);
     const u32 ib = chunk & 7;
     const u16* qs = (const u16*)(b + 2 + 8 * ib);
     strata_w32 c;
+    u32 signs = 0;
     for (u32 l = 0; l < 4; ++l) {
         const u32 v = qs[l];
         const u64 p = grid[v & 511];
-        const u32 s = strata_ksigns(v >> 9);
-        c.w[2 * l] = strata_iq_sign4((u32)p, s);
-        c.w[2 * l + 1] = strata_iq_sign4((u32)(p >> 32), s >> 4);
+        signs |= strata_ksigns(v >> 9) << (8 * l);
+        c.w[2 * l] = (i32)(u32)p;
+        c.w[2 * l + 1] = (i32)(u32)(p >> 32);
     }
+    strata_iq_signs32(c.w, signs);
     const u32 sc = b[66 + ib];
     c.s0 = (i32)(2 * (sc & 15) + 1);
     c.s1 = (i32)(2 * (sc >> 4) + 1);

@@ -21,7 +21,7 @@ STRATA_DEVICE void strata_dequant32_iq3_s(const u8* STRATA_RESTRICT row, u32 chu
     }
 }
 // The chunk's 32 weights as strata_w32: each 4-wide grid point (bytes 1..127) takes the
-// matching nibble of the chunk's 32 sign bits per byte (strata_iq_sign4); one scale per 32,
+// chunk's 32 sign bits, one a byte (strata_iq_signs32); one scale per 32,
 // s0 = s1 = 2 s + 1; a = d (db = d (2 s + 1)), b = 0.
 STRATA_DEVICE strata_w32 strata_decode32_iq3_s(const u8* STRATA_RESTRICT row, u32 chunk, const u32* STRATA_RESTRICT grid) {
     const u8* b = row + 110u * (chunk >> 3);
@@ -35,9 +35,10 @@ STRATA_DEVICE strata_w32 strata_decode32_iq3_s(const u8* STRATA_RESTRICT row, u3
         const u32 v = qs[l];
         const u32 p0 = grid[(v & 255) | ((h << (8 - 2 * l)) & 256)];
         const u32 p1 = grid[(v >> 8) | ((h << (7 - 2 * l)) & 256)];
-        c.w[2 * l] = strata_iq_sign4(p0, signs >> (8 * l));
-        c.w[2 * l + 1] = strata_iq_sign4(p1, signs >> (8 * l + 4));
+        c.w[2 * l] = (i32)p0;
+        c.w[2 * l + 1] = (i32)p1;
     }
+    strata_iq_signs32(c.w, signs);
     const u32 s = (b[106 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
     c.s0 = c.s1 = (i32)(2 * s + 1);
     c.a = strata_f16_to_f32(*(const u16*)b);

@@ -19,7 +19,7 @@ STRATA_DEVICE void strata_dequant32_iq3_xxs(const u8* STRATA_RESTRICT row, u32 c
     }
 }
 // The chunk's 32 weights as strata_w32: each 4-wide grid point (bytes 1..127) takes its four
-// signs per byte (strata_iq_sign4); one scale per 32, s0 = s1 = 2 s + 1; a = d / 4
+// signs (strata_iq_signs32); one scale per 32, s0 = s1 = 2 s + 1; a = d / 4
 // (db = d (2 s + 1) / 4), b = 0.
 STRATA_DEVICE strata_w32 strata_decode32_iq3_xxs(const u8* STRATA_RESTRICT row, u32 chunk, const u32* STRATA_RESTRICT grid) {
     const u8* b = row + 98u * (chunk >> 3);
@@ -28,12 +28,14 @@ STRATA_DEVICE strata_w32 strata_decode32_iq3_xxs(const u8* STRATA_RESTRICT row, 
     const u16* ss = (const u16*)(b + 66 + 4 * ib);
     const u32 aux = (u32)ss[0] | ((u32)ss[1] << 16);
     strata_w32 c;
+    u32 signs = 0;
     for (u32 l = 0; l < 4; ++l) {
         const u32 v = qs[l];
-        const u32 s = strata_ksigns(aux >> (7 * l));
-        c.w[2 * l] = strata_iq_sign4(grid[v & 255], s);
-        c.w[2 * l + 1] = strata_iq_sign4(grid[v >> 8], s >> 4);
+        signs |= strata_ksigns(aux >> (7 * l)) << (8 * l);
+        c.w[2 * l] = (i32)grid[v & 255];
+        c.w[2 * l + 1] = (i32)grid[v >> 8];
     }
+    strata_iq_signs32(c.w, signs);
     c.s0 = c.s1 = (i32)(2 * (aux >> 28) + 1);
     c.a = strata_f16_to_f32(*(const u16*)b) * 0.25f;
     c.b = 0.0f;
