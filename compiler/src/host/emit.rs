@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::{ATTENTION_BLOCK, HostTarget, gemm_panel, unsigned_weights};
+use super::{ATTENTION_BLOCK, HostTarget, gemm_panel, panel_rows, unsigned_weights};
 use crate::emit::{EmitError, KernelSource, Module, registry, tables};
 use crate::ops::{self, Op};
 use crate::plan::{ERROR_BUFFER, Elem, KernelRecord, Plan, Tuning, rules};
@@ -47,7 +47,7 @@ pub fn emit(plan: &Plan, target: &HostTarget) -> Result<Module, EmitError> {
     let render = |template: &str, what: &str, ctx: &Value| {
         h.render(template, ctx).map_err(|e| EmitError { what: what.into(), message: e.to_string() })
     };
-    let head = json!({ "checked": false, "panel_rows": target.isa.vector_bytes / 4 });
+    let head = json!({ "checked": false, "panel_rows": panel_rows(target) });
     let kernels: Vec<&KernelRecord> = plan.kernels.iter().filter(|k| has_kernel(k)).collect();
     let mut source = String::new();
     let _ = writeln!(

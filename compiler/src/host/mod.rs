@@ -48,9 +48,15 @@ pub struct GemmPanel {
     pub tokens: u32,
 }
 
+/// Weight rows of a GEMM panel's block on `target`: a vector register's 32-bit lanes (the
+/// host prelude's `STRATA_PANEL_ROWS`).
+pub fn panel_rows(target: &HostTarget) -> u32 {
+    target.isa.vector_bytes / 4
+}
+
 /// The GEMM panel of `target` for a matrix of `cols` features.
 pub fn gemm_panel(target: &HostTarget, cols: u32) -> GemmPanel {
-    let rows = target.isa.vector_bytes / 4;
+    let rows = panel_rows(target);
     let fit = (target.cache.l1d_bytes / 2 / (rows * 32)).max(1);
     let tokens = if target.isa.vector_registers >= 32 { 8 } else { 4 };
     GemmPanel { rows, chunks: fit.min((cols / 32).max(1)), tokens }
