@@ -152,8 +152,7 @@ STRATA_DEVICE void strata_words2(const u8* STRATA_RESTRICT p, u32 odd, u32 rs, u
         __builtin_memcpy(&w, p + 4 * i, 4);
         v[i] = w >> rs;
     }
-    return;
-#endif
+#else
     const u32* a = (const u32*)(p - 2 * odd);
     const u32 sh = 16 * odd + rs;
     u32 lo = a[0];
@@ -163,6 +162,7 @@ STRATA_DEVICE void strata_words2(const u8* STRATA_RESTRICT p, u32 odd, u32 rs, u
         v[i] = strata_funnel(lo, hi, sh);
         lo = hi;
     }
+#endif
 }
 // strata_scale_min_k4 without branches, from the 12 scale bytes as three words: all
 // four pairs of the chosen half are assembled bytewise, then byte j % 4 is taken.

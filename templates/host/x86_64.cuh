@@ -43,16 +43,11 @@ STRATA_DEVICE strata_i32x8 strata_dot32u(strata_i8x32 w, strata_i8x32 x) {
 // A GEMM panel's dot: acc + in each row's lane the dot of its four weights in w with the
 // column's four quants x. STRATA_PANEL_BIAS is what a signed weight is stored plus: VPDPBUSD
 // takes unsigned weights (one instruction a dot; the caller takes back 128 times the
-// quants' sum); AVX2 moves the signs onto x instead and stores weights as they are.
+// quants' sum; AVX-VNNI's 256-bit form would do the same, not yet a target); AVX2 moves the signs onto x instead and stores weights as they are.
 #if STRATA_PANEL_ROWS == 16 && defined(__AVX512VNNI__)
 #define STRATA_PANEL_BIAS 128
 STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x) {
     return (strata_pi32)_mm512_dpbusd_epi32((__m512i)acc, (__m512i)w, _mm512_set1_epi32(x));
-}
-#elif STRATA_PANEL_ROWS == 8 && defined(__AVXVNNI__)
-#define STRATA_PANEL_BIAS 128
-STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x) {
-    return (strata_pi32)_mm256_dpbusd_avx_epi32((__m256i)acc, (__m256i)w, _mm256_set1_epi32(x));
 }
 #elif STRATA_PANEL_ROWS == 8
 #define STRATA_PANEL_BIAS 0

@@ -33,15 +33,13 @@ use crate::target::Target;
 /// The GPU target whose planner lays out the host's forward pass (its records' launch
 /// geometry is not used on the host).
 pub const PLANNER: &str = "sm_90";
-/// How a host GEMM tiles its work, derived from the target's facts: a block of `rows`
-/// weight rows (one vector register of 32-bit lanes, a lane per row) is decoded a panel
+/// How a host GEMM tiles its work, derived from the target's facts: a block of
+/// [`panel_rows`] weight rows (one vector register of 32-bit lanes, a lane per row) is decoded a panel
 /// of `chunks` chunks of 32 at a time into a buffer of half the L1 data cache, and the
 /// columns are multiplied by it `tokens` at a time, their sums in registers beside the
 /// panel's eight weight vectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GemmPanel {
-    /// Weight rows of a block.
-    pub rows: u32,
     /// Chunks of 32 features a panel holds (at most the matrix's).
     pub chunks: u32,
     /// Columns multiplied together.
@@ -56,10 +54,9 @@ pub fn panel_rows(target: &HostTarget) -> u32 {
 
 /// The GEMM panel of `target` for a matrix of `cols` features.
 pub fn gemm_panel(target: &HostTarget, cols: u32) -> GemmPanel {
-    let rows = panel_rows(target);
-    let fit = (target.cache.l1d_bytes / 2 / (rows * 32)).max(1);
+    let fit = (target.cache.l1d_bytes / 2 / (panel_rows(target) * 32)).max(1);
     let tokens = if target.isa.vector_registers >= 32 { 8 } else { 4 };
-    GemmPanel { rows, chunks: fit.min((cols / 32).max(1)), tokens }
+    GemmPanel { chunks: fit.min((cols / 32).max(1)), tokens }
 }
 
 /// Key positions a prompt's attention scores at once (one softmax rescale per block).
