@@ -115,6 +115,17 @@ STRATA_DEVICE u32 strata_ksigns(u32 i) {
     return i | ((u32)(__builtin_popcount(i) & 1) << 7);
 }
 
+// The sign bytes of four IQ2/IQ3 groups from their 7-bit sign indices side by side in
+// bits 0-27 of s: byte k holds group k's seven signs and, as bit 7, their parity (the
+// ksigns table's even count of negatives), all four at once.
+STRATA_DEVICE u32 strata_ksigns4(u32 s) {
+    const u32 t = (s & 0x7Fu) | ((s << 1) & 0x7F00u) | ((s << 2) & 0x7F0000u) | ((s << 3) & 0x7F000000u);
+    u32 p = t ^ (t >> 4); // bit 0 of each byte ends as the parity of the byte's bits 0-6
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return t | ((p & 0x01010101u) << 7);
+}
+
 // ---- int8 dot helpers (for strata_decode32_<type> in quant/) ----
 // The four bytes of g, byte k negated where bit k of s (bits 0-3) is set: the nibble's
 // four shifted copies never overlap, so the multiply spreads bit k to byte k; then

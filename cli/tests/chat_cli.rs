@@ -102,7 +102,8 @@ fn usage(seen: &str) -> Vec<(usize, usize)> {
 /// Token count of `prompt` (special tokens parsed, as the chat parses its template's).
 fn tokens(model: &str, prompt: &str) -> usize {
     let o = Command::new(env!("CARGO_BIN_EXE_strata-run"))
-        .args(["score", "--pack", model, "--backend", "cpu", "--top-k", "1", "--json", "--prompt", prompt])
+        .args(["score", "--pack", model, "--top-k", "1", "--json", "--prompt", prompt])
+        .args(strata_tests::behaviour_backend())
         .output()
         .expect("runs");
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -115,7 +116,8 @@ fn chat_keeps_the_conversation_in_the_cache() {
     let Some(model) = strata_tests::smollm2() else { return };
     let model = model.to_str().expect("utf-8");
     let max = 8;
-    let args = ["chat", "-m", model, "--backend", "cpu", "--ctx", "512", "--max-tokens", "8"];
+    let args =
+        [&["chat", "-m", model, "--ctx", "512", "--max-tokens", "8"], strata_tests::behaviour_backend()].concat();
     let Some(mut chat) = Chat::start(&args) else { return };
     chat.wait_for("> ", 1);
     chat.send("What is the capital of France?\n");
@@ -142,7 +144,8 @@ fn chat_keeps_the_conversation_in_the_cache() {
     assert_eq!(chat.exit_code(), Some(0));
 
     // Ctrl-C stops a reply, once its first text is out; a second one, at the prompt, quits.
-    let args = ["chat", "-m", model, "--backend", "cpu", "--ctx", "1024", "--max-tokens", "900"];
+    let args =
+        [&["chat", "-m", model, "--ctx", "1024", "--max-tokens", "900"], strata_tests::behaviour_backend()].concat();
     let Some(mut chat) = Chat::start(&args) else { return };
     chat.wait_for("> ", 1);
     let question = "Tell me a long story about a dragon.";

@@ -493,7 +493,8 @@ fn api_key_from_the_environment_and_its_precedence() {
     ];
     for (args, env, says) in cases {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata-run"))
-            .args(["serve", "--pack", model.to_str().expect("utf-8"), "--backend", "cpu", "--port", "0"])
+            .args(["serve", "--pack", model.to_str().expect("utf-8"), "--port", "0"])
+            .args(strata_tests::behaviour_backend())
             .args(args)
             .envs(env.iter().copied())
             .output()

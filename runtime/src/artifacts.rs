@@ -90,6 +90,7 @@ pub fn compile_for_device(
         let target = HostTarget::load(&device.arch).map_err(|e| RunError::Other(e.to_string()))?;
         let tools = Toolchain::discover().map_err(|e| RunError::Other(e.to_string()))?;
         let out = cache_dir().join("artifacts").join(format!("{}-{}", short(&pack.fingerprint()), target.name));
+        let _lock = lock(&out)?;
         host::compile(pack, &target, &options, &tools, &out, progress).map_err(|e| RunError::Other(e.to_string()))?;
         return open(&out, pack, device);
     }
@@ -101,9 +102,24 @@ pub fn compile_for_device(
     })?;
     let tools = Toolchain::discover().map_err(|e| RunError::Other(e.to_string()))?;
     let out = cache_dir().join("artifacts").join(format!("{}-{}", short(&pack.fingerprint()), target.name));
+    let _lock = lock(&out)?;
     let req = Request { pack, target: &target, options, allow_spills: false, run_on: None, out: &out };
     artifacts::compile(&req, &tools, progress).map_err(|e| RunError::Other(e.to_string()))?;
     open(&out, pack, device)
+}
+
+/// The lock of the cached artifact directory `out`, held while compiling into it: a
+/// second process starting on the same pack (two servers, parallel tests) waits, then
+/// finds the artifacts up to date instead of writing the directory at the same time.
+fn lock(out: &Path) -> Result<std::fs::File, RunError> {
+    let path = out.with_extension("lock");
+    let fail = |e: std::io::Error| RunError::Other(format!("artifact cache: locking {}: {e}", path.display()));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let file = std::fs::File::options().create(true).truncate(false).write(true).open(&path).map_err(fail)?;
+    file.lock().map_err(fail)?;
+    Ok(file)
 }
 
 fn short(fingerprint: &str) -> &str {

@@ -28,15 +28,15 @@ STRATA_DEVICE strata_w32 strata_decode32_iq2_xs(const u8* STRATA_RESTRICT row, u
     const u32 ib = chunk & 7;
     const u16* qs = (const u16*)(b + 2 + 8 * ib);
     strata_w32 c;
-    u32 signs = 0;
+    u32 index = 0;
     for (u32 l = 0; l < 4; ++l) {
         const u32 v = qs[l];
         const u64 p = grid[v & 511];
-        signs |= strata_ksigns(v >> 9) << (8 * l);
+        index |= (v >> 9) << (7 * l);
         c.w[2 * l] = (i32)(u32)p;
         c.w[2 * l + 1] = (i32)(u32)(p >> 32);
     }
-    strata_iq_signs32(c.w, signs);
+    strata_iq_signs32(c.w, strata_ksigns4(index));
     const u32 sc = b[66 + ib];
     c.s0 = (i32)(2 * (sc & 15) + 1);
     c.s1 = (i32)(2 * (sc >> 4) + 1);

@@ -28,14 +28,12 @@ STRATA_DEVICE strata_w32 strata_decode32_iq3_xxs(const u8* STRATA_RESTRICT row, 
     const u16* ss = (const u16*)(b + 66 + 4 * ib);
     const u32 aux = (u32)ss[0] | ((u32)ss[1] << 16);
     strata_w32 c;
-    u32 signs = 0;
     for (u32 l = 0; l < 4; ++l) {
         const u32 v = qs[l];
-        signs |= strata_ksigns(aux >> (7 * l)) << (8 * l);
         c.w[2 * l] = (i32)grid[v & 255];
         c.w[2 * l + 1] = (i32)grid[v >> 8];
     }
-    strata_iq_signs32(c.w, signs);
+    strata_iq_signs32(c.w, strata_ksigns4(aux));
     c.s0 = c.s1 = (i32)(2 * (aux >> 28) + 1);
     c.a = strata_f16_to_f32(*(const u16*)b) * 0.25f;
     c.b = 0.0f;

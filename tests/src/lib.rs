@@ -59,6 +59,16 @@ pub fn toolchain() -> Option<Toolchain> {
     }
 }
 
+/// The `strata-run` arguments of the backend that tests of behaviour (the CLI, the
+/// server) run on: the host backend, one worker so that tests running side by side do
+/// not share cores, where this CPU has a host target and clang 19+ is here; else the CPU
+/// reference, which is about 30 times slower (a test of the reference itself names
+/// `cpu`).
+pub fn behaviour_backend() -> &'static [&'static str] {
+    let host = strata_compiler::host::HostTarget::detect().is_some() && toolchain().is_some();
+    if host { &["--backend", "host", "--threads", "1"] } else { &["--backend", "cpu"] }
+}
+
 /// Two small synthetic packs that together hold every supported quant type, in every
 /// kernel role (linear, expert, embedding, output), written to `dir`.
 pub fn every_type_packs(dir: &std::path::Path) -> Vec<PathBuf> {

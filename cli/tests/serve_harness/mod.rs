@@ -88,7 +88,7 @@ impl Server {
         let model = strata_tests::smollm2()?;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata-run"));
         cmd.args(["serve", "--pack", model.to_str().expect("utf-8"), "--port", "0"])
-            .args(if extra.contains(&"--backend") { &[][..] } else { &["--backend", "cpu"][..] })
+            .args(if extra.contains(&"--backend") { &[][..] } else { strata_tests::behaviour_backend() })
             .args(if extra.contains(&"--ctx") { &[][..] } else { &["--ctx", "256"][..] })
             .args(extra)
             .env_remove("RUST_LOG")

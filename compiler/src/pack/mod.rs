@@ -13,8 +13,9 @@ pub use write::{Fill, GgufWriter, TensorSpec};
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::ops::Deref;
+use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The bytes of one shard: a read-only file mapping, or a buffer (tests, tiny files).
 enum Bytes {
@@ -32,10 +33,32 @@ impl Deref for Bytes {
     }
 }
 
+/// Bytes of a pack that outlive it: a tensor's (or adjacent tensors') bytes in the
+/// shard's mapping, which stays mapped while any view is held. The host backend reads
+/// weights through these in place instead of copying them.
+#[derive(Clone)]
+pub struct SharedBytes {
+    shard: Arc<Bytes>,
+    range: Range<usize>,
+}
+
+impl Deref for SharedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.shard[self.range.clone()]
+    }
+}
+
+impl std::fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedBytes({:?})", self.range)
+    }
+}
+
 /// One file of a pack.
 struct Shard {
     path: PathBuf,
-    bytes: Bytes,
+    bytes: Arc<Bytes>,
     version: u32,
     /// Bytes before the data section: header, metadata and tensor table.
     header_len: usize,
@@ -104,7 +127,8 @@ impl Pack {
     /// A single-file pack held in memory (tests, fuzzing); `name` stands in for its path.
     pub fn from_bytes(name: &str, bytes: Vec<u8>) -> Result<Pack, PackError> {
         let parsed = gguf::parse(&bytes).map_err(|k| k.in_file(name))?;
-        let shard = Shard { path: name.into(), bytes: Bytes::Owned(bytes), version: parsed.version, header_len: 0 };
+        let shard =
+            Shard { path: name.into(), bytes: Arc::new(Bytes::Owned(bytes)), version: parsed.version, header_len: 0 };
         Self::assemble(vec![(shard, parsed)])
     }
 
@@ -192,6 +216,21 @@ impl Pack {
         &self.shards[tensor.shard].bytes[start..start + tensor.bytes as usize]
     }
 
+    /// The bytes of `tensors`, which must lie one after another in one shard in this
+    /// order, as one view that outlives the pack; `None` where they do not.
+    pub fn shared(&self, tensors: &[&TensorInfo]) -> Option<SharedBytes> {
+        let first = tensors.first()?;
+        let mut end = first.offset;
+        for t in tensors {
+            if t.shard != first.shard || t.offset != end {
+                return None;
+            }
+            end += t.bytes;
+        }
+        let shard = Arc::clone(&self.shards[first.shard].bytes);
+        Some(SharedBytes { shard, range: first.offset as usize..end as usize })
+    }
+
     /// Identifies the pack's content cheaply: SHA-256 over each file's size, header,
     /// metadata and tensor table (not the tensor data). Artifacts record it, and the
     /// runtime refuses artifacts whose fingerprint differs from the pack's.
@@ -236,14 +275,14 @@ impl Shard {
         let io = |e: std::io::Error| PackErrorKind::Io(e.to_string()).in_file(path);
         let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
-        let bytes = if len == 0 {
+        let bytes = Arc::new(if len == 0 {
             Bytes::Owned(Vec::new())
         } else {
             // SAFETY: the mapping is read-only. Packs are treated as immutable while
             // open, as every GGUF engine does; a file truncated underneath would fault,
             // which no safe API can prevent for mapped files.
             Bytes::Map(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
-        };
+        });
         Ok(Shard { path: path.to_path_buf(), bytes, version: 0, header_len: 0 })
     }
 }

@@ -15,6 +15,7 @@ pub mod host;
 use std::time::{Duration, Instant};
 
 use strata_compiler::emit::Dialect;
+use strata_compiler::pack::SharedBytes;
 use strata_compiler::plan::{Buffer, Dim, ERROR_BUFFER, Extent, KernelRecord};
 
 /// A point in a backend's queue of work, for benchmarks (see [`Backend::mark`]).
@@ -157,6 +158,21 @@ pub trait Backend {
 
     /// A zero-filled buffer of `bytes`.
     fn alloc(&mut self, bytes: usize) -> Result<BufferId, RunError>;
+
+    /// A buffer holding a pack's tensor bytes, for kernels to read: the backends that read
+    /// host memory in place ([`Backend::reads_in_place`]) keep the view of the pack's
+    /// mapping, with no copy; the others copy the bytes into a new buffer.
+    fn alloc_weights(&mut self, data: SharedBytes) -> Result<BufferId, RunError> {
+        let buf = self.alloc(data.len())?;
+        self.write(buf, 0, &data)?;
+        Ok(buf)
+    }
+
+    /// Whether [`Backend::alloc_weights`] reads the pack in place, so that a copy made
+    /// to lay weights out differently costs memory the weights otherwise would not.
+    fn reads_in_place(&self) -> bool {
+        false
+    }
 
     /// Size of a buffer in bytes.
     fn size(&self, buf: BufferId) -> usize;

@@ -1,7 +1,9 @@
 //! Uploading a pack's tensors to a backend, once, with progress: norms and biases as
-//! f32 whatever the pack stores, projections as their raw blocks, and the projections a
-//! decode step fuses (Q·K·V, gate·up) stacked in one buffer that both the fused and the
-//! separate products read.
+//! f32 whatever the pack stores, projections as their raw blocks (read in place from the
+//! pack's mapping on the CPU backends), and the projections a decode step fuses (Q·K·V,
+//! gate·up) stacked in one buffer that both the fused and the separate products read:
+//! the pack's own bytes where it stores them adjacent, else a copy (none on the CPU,
+//! which then runs the separate products).
 
 use strata_compiler::ops::{self, Op};
 use strata_compiler::pack::Pack;
@@ -27,15 +29,17 @@ impl Uploader<'_> {
         let data = self.pack.data(t);
         let cols = t.shape.first().copied().unwrap_or(1) as u32;
         let rows = t.shape.iter().skip(1).product::<u64>() as u32;
-        let (bytes, ty) = if t.shape.len() == 1 && t.ty != GgmlType::F32 {
+        let (buf, ty) = if t.shape.len() == 1 && t.ty != GgmlType::F32 {
             let mut f = vec![0f32; cols as usize];
             t.ty.dequantize(data, &mut f).map_err(|e| RunError::Other(format!("tensor {name}: {e}")))?;
-            (f.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), GgmlType::F32)
+            let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let buf = b.alloc(bytes.len())?;
+            b.write(buf, 0, &bytes)?;
+            (buf, GgmlType::F32)
         } else {
-            (data.to_vec(), t.ty)
+            let shared = self.pack.shared(&[t]).ok_or_else(|| RunError::Other(format!("tensor {name}: no bytes")))?;
+            (b.alloc_weights(shared)?, t.ty)
         };
-        let buf = b.alloc(bytes.len())?;
-        b.write(buf, 0, &bytes)?;
         self.advance(t.bytes);
         Ok(Weight { buf, offset: 0, ty, cols, rows })
     }
@@ -85,9 +89,18 @@ impl Uploader<'_> {
         else {
             return Ok(None);
         };
-        let bytes: Vec<u8> = tensors.iter().flat_map(|t| self.pack.data(t).iter().copied()).collect();
-        let buf = b.alloc(bytes.len())?;
-        b.write(buf, 0, &bytes)?;
+        let buf = match self.pack.shared(&tensors) {
+            Some(adjacent) => b.alloc_weights(adjacent)?,
+            // A backend that reads the pack in place runs the separate products rather
+            // than hold a second copy of these weights.
+            None if b.reads_in_place() => return Ok(None),
+            None => {
+                let bytes: Vec<u8> = tensors.iter().flat_map(|t| self.pack.data(t).iter().copied()).collect();
+                let buf = b.alloc(bytes.len())?;
+                b.write(buf, 0, &bytes)?;
+                buf
+            }
+        };
         let mut offset = 0;
         let mut parts = Vec::with_capacity(tensors.len() + 1);
         for t in &tensors {

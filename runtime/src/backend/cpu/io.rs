@@ -9,19 +9,20 @@
 use half::f16;
 use strata_compiler::plan::KernelRecord;
 
+use super::memory::Memory;
 use super::{Arg, RunError};
 
 /// One launch's arguments, by the names the plan record gives them.
 pub(super) struct OpIo<'a> {
     spec: &'a KernelRecord,
     args: &'a [Arg],
-    buffers: &'a mut [Vec<u8>],
+    buffers: &'a mut [Memory],
     outputs: Vec<(&'static str, Vec<u8>)>,
 }
 
 impl<'a> OpIo<'a> {
     /// The arguments `args` (in the record's order) of a launch of `spec` over `buffers`.
-    pub(super) fn new(spec: &'a KernelRecord, args: &'a [Arg], buffers: &'a mut [Vec<u8>]) -> OpIo<'a> {
+    pub(super) fn new(spec: &'a KernelRecord, args: &'a [Arg], buffers: &'a mut [Memory]) -> OpIo<'a> {
         OpIo { spec, args, buffers, outputs: Vec::new() }
     }
 
@@ -88,7 +89,7 @@ impl<'a> OpIo<'a> {
     /// [`OpIo::output`] does); an error when it is not bound.
     pub(super) fn target_mut(&mut self, name: &str) -> Result<&mut [u8], RunError> {
         let (id, offset) = self.bound(name).ok_or_else(|| self.missing(name))?;
-        Ok(&mut self.buffers[id][offset..])
+        Ok(&mut self.buffers[id].bytes_mut()?[offset..])
     }
 
     fn missing(&self, name: &str) -> RunError {
@@ -115,7 +116,7 @@ impl<'a> OpIo<'a> {
         for (name, bytes) in std::mem::take(&mut self.outputs) {
             let (id, offset) =
                 self.bound(name).ok_or_else(|| RunError::Other(format!("{}: no {name}", self.spec.name)))?;
-            self.buffers[id][offset..offset + bytes.len()].copy_from_slice(&bytes);
+            self.buffers[id].bytes_mut()?[offset..offset + bytes.len()].copy_from_slice(&bytes);
         }
         Ok(())
     }

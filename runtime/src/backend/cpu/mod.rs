@@ -22,6 +22,7 @@ mod expert_gemv;
 mod gemm;
 mod gemv;
 mod io;
+mod memory;
 mod moe_route;
 mod moe_sum;
 mod qsa_score;
@@ -46,11 +47,14 @@ pub use self::quantize_q8::quantize_q8;
 use super::host::HostKernels;
 use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, RunError, bind};
 use io::OpIo;
+pub(crate) use memory::Memory;
+use memory::zeroed;
+use strata_compiler::pack::SharedBytes;
 
 /// Reference backend over host memory.
 #[derive(Default)]
 pub struct Cpu {
-    buffers: Vec<Vec<u8>>,
+    buffers: Vec<Memory>,
     host: Vec<Vec<u8>>,
     errors: Option<BufferId>,
     capturing: Option<Vec<Recorded>>,
@@ -110,16 +114,6 @@ impl Cpu {
     }
 }
 
-/// `bytes` zeros, or an error naming the size where the allocator refuses: `vec![0;
-/// n]` would abort the process instead.
-fn zeroed(bytes: usize) -> Result<Vec<u8>, RunError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(bytes)
-        .map_err(|e| RunError::Other(format!("cannot allocate a {bytes}-byte buffer in host memory: {e}")))?;
-    v.resize(bytes, 0);
-    Ok(v)
-}
-
 impl Backend for Cpu {
     fn info(&self) -> DeviceInfo {
         if let Some(k) = &self.kernels {
@@ -157,8 +151,17 @@ impl Backend for Cpu {
     }
 
     fn alloc(&mut self, bytes: usize) -> Result<BufferId, RunError> {
-        self.buffers.push(zeroed(bytes)?);
+        self.buffers.push(Memory::Owned(zeroed(bytes)?));
         Ok(BufferId(self.buffers.len() - 1))
+    }
+
+    fn alloc_weights(&mut self, data: SharedBytes) -> Result<BufferId, RunError> {
+        self.buffers.push(Memory::Mapped(data));
+        Ok(BufferId(self.buffers.len() - 1))
+    }
+
+    fn reads_in_place(&self) -> bool {
+        true
     }
 
     fn size(&self, buf: BufferId) -> usize {
@@ -175,7 +178,7 @@ impl Backend for Cpu {
         }
         match &mut self.capturing {
             Some(steps) => steps.push(Recorded::Write(buf, offset, data.to_vec())),
-            None => self.buffers[buf.0][offset..offset + data.len()].copy_from_slice(data),
+            None => self.buffers[buf.0].bytes_mut()?[offset..offset + data.len()].copy_from_slice(data),
         }
         Ok(())
     }
@@ -209,7 +212,7 @@ impl Backend for Cpu {
             return Err(RunError::Other("copy past the end of a buffer".into()));
         }
         let data = self.buffers[from.0][..bytes].to_vec();
-        self.buffers[to.0][..bytes].copy_from_slice(&data);
+        self.buffers[to.0].bytes_mut()?[..bytes].copy_from_slice(&data);
         Ok(())
     }
 
@@ -235,7 +238,7 @@ impl Backend for Cpu {
         bytes: usize,
     ) -> Result<(), RunError> {
         let src = self.host[from.0].get(from_offset..from_offset + bytes);
-        let dst = self.buffers[to.0].get_mut(offset..offset + bytes);
+        let dst = self.buffers[to.0].bytes_mut()?.get_mut(offset..offset + bytes);
         match (src, dst) {
             (Some(src), Some(dst)) => {
                 dst.copy_from_slice(src);
@@ -266,7 +269,7 @@ impl Backend for Cpu {
             match step {
                 Recorded::Launch(spec, args) => self.run(&spec, &args)?,
                 Recorded::Write(buf, offset, data) => {
-                    self.buffers[buf.0][offset..offset + data.len()].copy_from_slice(&data)
+                    self.buffers[buf.0].bytes_mut()?[offset..offset + data.len()].copy_from_slice(&data)
                 }
             }
         }

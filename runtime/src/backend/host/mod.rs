@@ -13,7 +13,7 @@ use strata_compiler::host::{self, HostTarget};
 use strata_compiler::plan::KernelRecord;
 
 use self::pool::Pool;
-use super::cpu::Cpu;
+use super::cpu::{Cpu, Memory};
 use super::{Arg, RunError};
 
 /// The C signature of every generated host kernel.
@@ -153,15 +153,20 @@ impl HostKernels {
 
     /// Runs `spec`'s host kernel on `args` (checked by `bind`) over `buffers`: each phase
     /// of its schedule split into one part per worker, or one part here.
-    pub fn run(&mut self, spec: &KernelRecord, args: &[Arg], buffers: &mut [Vec<u8>]) -> Result<(), RunError> {
+    pub(crate) fn run(&mut self, spec: &KernelRecord, args: &[Arg], buffers: &mut [Memory]) -> Result<(), RunError> {
         let kernel =
             *self.kernels.get(&spec.name).ok_or_else(|| RunError::Other(format!("no host kernel {}", spec.name)))?;
         let nb = spec.buffers.len();
         let mut bufs = Vec::with_capacity(nb);
-        for a in &args[..nb] {
+        for (a, b) in args[..nb].iter().zip(&spec.buffers) {
             match *a {
-                // `bind` checked every offset and extent against the buffer's size.
-                Arg::Buf(id, offset) => bufs.push(buffers[id.0].as_mut_ptr().wrapping_add(offset)),
+                // `bind` checked every offset and extent against the buffer's size; the
+                // kernel writes only the buffers its record says it writes.
+                Arg::Buf(id, offset) => bufs.push(if b.writes {
+                    buffers[id.0].bytes_mut()?.as_mut_ptr().wrapping_add(offset)
+                } else {
+                    buffers[id.0].as_ptr().cast_mut().wrapping_add(offset)
+                }),
                 Arg::U32(_) => return Err(RunError::Other(format!("{}: a scalar where a buffer goes", spec.name))),
             }
         }
