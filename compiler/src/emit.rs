@@ -55,6 +55,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("hip/prelude", include_str!("../../templates/hip/prelude.cuh")),
     ("host/prelude", include_str!("../../templates/host/prelude.cuh")),
     ("host/x86_64", include_str!("../../templates/host/x86_64.cuh")),
+    ("host/x86_64/iq2_xs", include_str!("../../templates/host/x86_64/iq2_xs.cuh")),
     ("host/aarch64", include_str!("../../templates/host/aarch64.cuh")),
     ("host/ops/gemv", include_str!("../../templates/host/ops/gemv.cc.hbs")),
     ("host/ops/gemm", include_str!("../../templates/host/ops/gemm.cc.hbs")),

@@ -49,6 +49,12 @@ STRATA_DEVICE strata_i32x8 strata_dot32u(strata_i8x32 w, strata_i8x32 x) {
 STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x) {
     return (strata_pi32)_mm512_dpbusd_epi32((__m512i)acc, (__m512i)w, _mm512_set1_epi32(x));
 }
+// The sums of a whole-super-block dot (x86_64/<type>.cuh; host::superblock_dot says which
+// types have one): 16 lanes, added up once a row.
+typedef __m512 strata_sb_f32;
+STRATA_DEVICE float strata_sb_sum(strata_sb_f32 a) {
+    return _mm512_reduce_add_ps(a);
+}
 #elif STRATA_PANEL_ROWS == 8
 #define STRATA_PANEL_BIAS 0
 STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x) {

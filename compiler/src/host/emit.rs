@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::{ATTENTION_BLOCK, HostTarget, gemm_panel, panel_rows, unsigned_weights};
+use super::{ATTENTION_BLOCK, HostTarget, gemm_panel, panel_rows, superblock_dot, unsigned_weights};
 use crate::emit::{EmitError, KernelSource, Module, registry, tables};
 use crate::ops::{self, Op};
 use crate::plan::{ERROR_BUFFER, Elem, KernelRecord, Plan, Tuning, rules};
@@ -66,6 +66,10 @@ pub fn emit(plan: &Plan, target: &HostTarget) -> Result<Module, EmitError> {
     for q in &quants {
         let name = q.name().to_ascii_lowercase();
         source.push_str(&render(&format!("quant/{name}"), &format!("the {q} decoder"), &head)?);
+        if superblock_dot(target, *q) {
+            let what = format!("the {q} super-block dot");
+            source.push_str(&render(&format!("host/{}/{name}", target.arch), &what, &head)?);
+        }
     }
     let mut out = Vec::with_capacity(kernels.len());
     for k in kernels {
@@ -95,7 +99,12 @@ fn context(k: &KernelRecord, target: &HostTarget) -> Value {
     let extra = match &k.op {
         Op::Gemv(g) => {
             let mut p = product(g.quant, g.cols);
-            p["q8"] = json!(matches!(k.tuning, Tuning::GemvQ8(_)));
+            let q8 = matches!(k.tuning, Tuning::GemvQ8(_));
+            p["q8"] = json!(q8);
+            if q8 && superblock_dot(target, g.quant) {
+                p["superblock_bytes"] = json!(g.quant.row_bytes(256).unwrap_or(0));
+                p["superblocks"] = json!(g.cols / 256);
+            }
             p
         }
         Op::Gemm(g) => {
