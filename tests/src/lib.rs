@@ -62,7 +62,7 @@ pub fn toolchain() -> Option<Toolchain> {
 /// The `strata-run` arguments of the backend that tests of behaviour (the CLI, the
 /// server) run on: the host backend, one worker so that tests running side by side do
 /// not share cores, where this CPU has a host target and clang 19+ is here; else the CPU
-/// reference, which is about 30 times slower (a test of the reference itself names
+/// reference, which is about ten times slower (a test of the reference itself names
 /// `cpu`).
 pub fn behaviour_backend() -> &'static [&'static str] {
     let host = strata_compiler::host::HostTarget::detect().is_some() && toolchain().is_some();
