@@ -1,6 +1,7 @@
 // ---- strata instruction-set prelude: x86_64 ---------------------------------------------
-// The only instruction-set-specific host code: the int8 dot of 32 weights with 32
-// activations, and a GEMM panel's dot. aarch64.cuh gives the same names.
+// The instruction-set-specific host code: the int8 dot of 32 weights with 32
+// activations, and a GEMM panel's dot. aarch64.cuh gives the same names. (A type whose
+// GEMV dots whole super-blocks on this instruction set has its file in x86_64/.)
 #include <immintrin.h>
 
 // The products of 32 signed weights w and 32 signed activations x, summed in fours:

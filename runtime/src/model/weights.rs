@@ -3,7 +3,8 @@
 //! in [`super::experts`]' pools).
 //!
 //! They are uploaded once, at load, through [`Uploader`]; the decode step's fused
-//! products (Q·K·V, gate·up) read stacked copies that the separate products view too.
+//! products (Q·K·V, gate·up) read the tensors stacked (the pack's own bytes where it
+//! stores them adjacent, else a copy), which the separate products view too.
 
 use strata_compiler::forward::Matrix;
 use strata_compiler::model::ModelDesc;
