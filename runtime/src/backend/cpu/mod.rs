@@ -264,15 +264,18 @@ impl Backend for Cpu {
     }
 
     fn replay(&mut self, graph: GraphId) -> Result<(), RunError> {
-        let steps = self.graphs.get(graph.0).cloned().ok_or_else(|| RunError::Other("no such graph".into()))?;
-        for step in steps {
-            match step {
-                Recorded::Launch(spec, args) => self.run(&spec, &args)?,
-                Recorded::Write(buf, offset, data) => {
-                    self.buffers[buf.0].bytes_mut()?[offset..offset + data.len()].copy_from_slice(&data)
-                }
+        // The steps are lent out of the graph while they run (not cloned: a decode step
+        // replays hundreds of records a token).
+        let slot = self.graphs.get_mut(graph.0).ok_or_else(|| RunError::Other("no such graph".into()))?;
+        let steps = std::mem::take(slot);
+        let result = steps.iter().try_for_each(|step| match step {
+            Recorded::Launch(spec, args) => self.run(spec, args),
+            Recorded::Write(buf, offset, data) => {
+                self.buffers[buf.0].bytes_mut()?[*offset..offset + data.len()].copy_from_slice(data);
+                Ok(())
             }
-        }
-        Ok(())
+        });
+        self.graphs[graph.0] = steps;
+        result
     }
 }
