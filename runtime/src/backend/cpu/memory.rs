@@ -1,5 +1,5 @@
 //! A CPU buffer: memory of its own, or a pack's tensors read in place from its file
-//! mapping (the host backend's weights: no copy, and pages shared with the page cache).
+//! mapping (the CPU backends' weights: no copy, and pages shared with the page cache).
 
 use std::ops::Deref;
 
