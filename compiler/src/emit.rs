@@ -56,6 +56,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("host/prelude", include_str!("../../templates/host/prelude.cuh")),
     ("host/x86_64", include_str!("../../templates/host/x86_64.cuh")),
     ("host/x86_64/iq2_xs", include_str!("../../templates/host/x86_64/iq2_xs.cuh")),
+    ("host/x86_64/q4_0", include_str!("../../templates/host/x86_64/q4_0.cuh")),
     ("host/aarch64", include_str!("../../templates/host/aarch64.cuh")),
     ("host/ops/gemv", include_str!("../../templates/host/ops/gemv.cc.hbs")),
     ("host/ops/gemm", include_str!("../../templates/host/ops/gemm.cc.hbs")),

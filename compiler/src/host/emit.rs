@@ -66,7 +66,7 @@ pub fn emit(plan: &Plan, target: &HostTarget) -> Result<Module, EmitError> {
     for q in &quants {
         let name = q.name().to_ascii_lowercase();
         source.push_str(&render(&format!("quant/{name}"), &format!("the {q} decoder"), &head)?);
-        if superblock_dot(target, *q) {
+        if kernels.iter().any(|k| superblock_gemv(k, target) == Some(*q)) {
             let what = format!("the {q} super-block dot");
             source.push_str(&render(&format!("host/{}/{name}", target.arch), &what, &head)?);
         }
@@ -79,6 +79,16 @@ pub fn emit(plan: &Plan, target: &HostTarget) -> Result<Module, EmitError> {
         out.push(KernelSource { name: k.name.clone(), hash: crate::digest::sha256_hex(text.as_bytes()), text });
     }
     Ok(Module { dialect: crate::emit::Dialect::Host, source, kernels: out })
+}
+
+/// The weights' type of `k` where it is an int8 GEMV that dots 256 weights at a time.
+fn superblock_gemv(k: &KernelRecord, target: &HostTarget) -> Option<GgmlType> {
+    match &k.op {
+        Op::Gemv(g) if matches!(k.tuning, Tuning::GemvQ8(_)) && superblock_dot(target, g.quant, g.cols) => {
+            Some(g.quant)
+        }
+        _ => None,
+    }
 }
 
 /// The values a host template reads: the op's own fields, the bindings of its arguments
@@ -99,9 +109,8 @@ fn context(k: &KernelRecord, target: &HostTarget) -> Value {
     let extra = match &k.op {
         Op::Gemv(g) => {
             let mut p = product(g.quant, g.cols);
-            let q8 = matches!(k.tuning, Tuning::GemvQ8(_));
-            p["q8"] = json!(q8);
-            if q8 && superblock_dot(target, g.quant) {
+            p["q8"] = json!(matches!(k.tuning, Tuning::GemvQ8(_)));
+            if superblock_gemv(k, target).is_some() {
                 p["superblock_bytes"] = json!(g.quant.row_bytes(256).unwrap_or(0));
                 p["superblocks"] = json!(g.cols / 256);
             }

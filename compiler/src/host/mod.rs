@@ -70,12 +70,14 @@ pub fn unsigned_weights(quant: GgmlType) -> bool {
     matches!(quant, GgmlType::Q4_0 | GgmlType::Q4_1)
 }
 
-/// Whether the host GEMV of `quant` on `target` dots a whole super-block at a time
-/// (`templates/host/<arch>/<type>.cuh`) instead of decoding chunk by chunk: IQ2_XS on
-/// 512-bit VNNI, whose chunk decoder assembles its grid entries and signs a lane at a
-/// time (2.2x the chunk decoder's speed on Zen 4, single thread).
-pub fn superblock_dot(target: &HostTarget, quant: GgmlType) -> bool {
-    quant == GgmlType::IQ2_XS && target.isa.vector_bytes == 64 && target.isa.features.iter().any(|f| f == "avx512vnni")
+/// Whether the host GEMV of `quant` on `target` dots 256 weights at a time
+/// (`templates/host/<arch>/<type>.cuh`) instead of decoding chunk by chunk, on 512-bit
+/// VNNI: IQ2_XS, whose chunk decoder assembles its grid entries and signs a lane at a
+/// time (2.2x the chunk decoder's speed on Zen 4, single thread), and Q4_0, two blocks to
+/// a vector with their scales applied together. Q4_0 needs `cols` a multiple of 256.
+pub fn superblock_dot(target: &HostTarget, quant: GgmlType, cols: u32) -> bool {
+    let vnni512 = target.isa.vector_bytes == 64 && target.isa.features.iter().any(|f| f == "avx512vnni");
+    vnni512 && matches!(quant, GgmlType::IQ2_XS | GgmlType::Q4_0) && cols % 256 == 0
 }
 
 /// How the host backend runs one launch of a kernel.
