@@ -4,6 +4,12 @@
 // GEMV dots whole super-blocks on this instruction set has its file in x86_64/.)
 #include <immintrin.h>
 
+// How far ahead a GEMV that streams its weights asks for them (software prefetch): the
+// hardware prefetchers stop at each 4 KiB page, and one Zen 4 core streams a Q4_0 matrix
+// at 1.35-1.4 ns a block without the hint, 1.0-1.07 with it 3 KiB ahead
+// (scripts/bench-host-kernel.sh, docs/PERFORMANCE.md).
+#define STRATA_STREAM_AHEAD 3072
+
 // The products of 32 signed weights w and 32 signed activations x, summed in fours:
 // lane i holds products 4i..4i+3, so lanes 0-3 sum the first 16 and lanes 4-7 the last 16.
 // AVX-512 VNNI: unsigned |w| times x with w's sign (VPDPBUSD multiplies unsigned by

@@ -16,6 +16,9 @@ STRATA_DEVICE void strata_sb_dot_q4_0(strata_sb_f32* acc, const u8* STRATA_RESTR
                                       u32 x_stride, const float* STRATA_RESTRICT xd, u32 xd_stride,
                                       const void* STRATA_RESTRICT table) {
     (void)table;
+    // Weights stream from memory: ask for the lines STRATA_STREAM_AHEAD bytes on now.
+#pragma unroll
+    for (u32 k = 0; k < 144; k += 64) __builtin_prefetch(b + STRATA_STREAM_AHEAD + k);
     // Three loads cover the 144 bytes (the last overlaps the second); 16-bit word
     // permutes pick each block's scale (word 9k) and nibbles (words 9k + 1 .. 9k + 8).
     const __m512i l0 = _mm512_loadu_si512(b), l1 = _mm512_loadu_si512(b + 64), l2 = _mm512_loadu_si512(b + 80);
