@@ -12,15 +12,17 @@
 
 // The products of 32 signed weights w and 32 signed activations x, summed in fours:
 // lane i holds products 4i..4i+3, so lanes 0-3 sum the first 16 and lanes 4-7 the last 16.
-// AVX-512 VNNI: unsigned |w| times x with w's sign (VPDPBUSD multiplies unsigned by
-// signed); AVX2: the same through VPMADDUBSW (pairs never saturate: |w| <= 128, |x| <= 127)
-// and VPMADDWD.
+// AVX-512 VNNI and AVX-VNNI: unsigned |w| times x with w's sign (VPDPBUSD multiplies
+// unsigned by signed); AVX2: the same through VPMADDUBSW (pairs never saturate: |w| <= 128,
+// |x| <= 127) and VPMADDWD.
 STRATA_DEVICE strata_i32x8 strata_dot32(strata_i8x32 w, strata_i8x32 x) {
     const __m256i wv = (__m256i)w, xv = (__m256i)x;
     const __m256i u = _mm256_abs_epi8(wv);
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__) && defined(__AVX512BW__)
     const __m256i sx = _mm256_mask_sub_epi8(xv, _mm256_movepi8_mask(wv), _mm256_setzero_si256(), xv);
     return (strata_i32x8)_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, sx);
+#elif defined(__AVXVNNI__)
+    return (strata_i32x8)_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, _mm256_sign_epi8(xv, wv));
 #else
     const __m256i sx = _mm256_sign_epi8(xv, wv);
     return (strata_i32x8)_mm256_madd_epi16(_mm256_maddubs_epi16(u, sx), _mm256_set1_epi16(1));
@@ -42,6 +44,8 @@ STRATA_DEVICE void strata_iq_signs32(i32* w, u32 signs) {
 STRATA_DEVICE strata_i32x8 strata_dot32u(strata_i8x32 w, strata_i8x32 x) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     return (strata_i32x8)_mm256_dpbusd_epi32(_mm256_setzero_si256(), (__m256i)w, (__m256i)x);
+#elif defined(__AVXVNNI__)
+    return (strata_i32x8)_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), (__m256i)w, (__m256i)x);
 #else
     return (strata_i32x8)_mm256_madd_epi16(_mm256_maddubs_epi16((__m256i)w, (__m256i)x), _mm256_set1_epi16(1));
 #endif
@@ -50,7 +54,8 @@ STRATA_DEVICE strata_i32x8 strata_dot32u(strata_i8x32 w, strata_i8x32 x) {
 // A GEMM panel's dot: acc + in each row's lane the dot of its four weights in w with the
 // column's four quants x. STRATA_PANEL_BIAS is what a signed weight is stored plus: VPDPBUSD
 // takes unsigned weights (one instruction a dot; the caller takes back 128 times the
-// quants' sum; AVX-VNNI's 256-bit form would do the same, not yet a target); AVX2 moves the signs onto x instead and stores weights as they are.
+// quants' sum; AVX-VNNI's 256-bit form the same); AVX2 moves the signs onto x instead and
+// stores weights as they are.
 #if STRATA_PANEL_ROWS == 16 && defined(__AVX512VNNI__)
 #define STRATA_PANEL_BIAS 128
 STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x) {
@@ -61,6 +66,11 @@ STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x)
 typedef __m512 strata_sb_f32;
 STRATA_DEVICE float strata_sb_sum(strata_sb_f32 a) {
     return _mm512_reduce_add_ps(a);
+}
+#elif STRATA_PANEL_ROWS == 8 && defined(__AVXVNNI__)
+#define STRATA_PANEL_BIAS 128
+STRATA_DEVICE strata_pi32 strata_panel_dot(strata_pi32 acc, strata_pi8 w, i32 x) {
+    return (strata_pi32)_mm256_dpbusd_avx_epi32((__m256i)acc, (__m256i)w, _mm256_set1_epi32(x));
 }
 #elif STRATA_PANEL_ROWS == 8
 #define STRATA_PANEL_BIAS 0

@@ -186,10 +186,10 @@ fn run(cli: Cli) -> Result<()> {
                     t.product
                 );
             }
-            println!("\n{:<10} {:<8} {:>7}  features", "host", "arch", "vector");
+            println!("\n{:<14} {:<8} {:>7}  features", "host", "arch", "vector");
             for name in host::known_names() {
                 let t = HostTarget::load(name)?;
-                println!("{:<10} {:<8} {:>6}B  {}", t.name, t.arch, t.isa.vector_bytes, t.isa.features.join(" "));
+                println!("{:<14} {:<8} {:>6}B  {}", t.name, t.arch, t.isa.vector_bytes, t.isa.features.join(" "));
             }
             Ok(())
         }

@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 /// The shipped host target files, by name, best first within an architecture.
-const KNOWN: [(&str, &str); 3] = [
+const KNOWN: [(&str, &str); 4] = [
     ("x86_64-v4", include_str!("../../../targets/host/x86_64-v4.toml")),
+    ("x86_64-v3-vnni", include_str!("../../../targets/host/x86_64-v3-vnni.toml")),
     ("x86_64-v3", include_str!("../../../targets/host/x86_64-v3.toml")),
     ("aarch64", include_str!("../../../targets/host/aarch64.toml")),
 ];
@@ -122,6 +123,7 @@ pub fn cpu_has(feature: &str) -> bool {
             "avx512vl" => std::arch::is_x86_feature_detected!("avx512vl"),
             "avx512vnni" => std::arch::is_x86_feature_detected!("avx512vnni"),
             "avx512bf16" => std::arch::is_x86_feature_detected!("avx512bf16"),
+            "avxvnni" => std::arch::is_x86_feature_detected!("avxvnni"),
             _ => false,
         }
     }
