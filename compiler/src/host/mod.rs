@@ -77,7 +77,7 @@ pub fn unsigned_weights(quant: GgmlType) -> bool {
 /// a vector with their scales applied together. Q4_0 needs `cols` a multiple of 256.
 pub fn superblock_dot(target: &HostTarget, quant: GgmlType, cols: u32) -> bool {
     let vnni512 = target.isa.vector_bytes == 64 && target.isa.features.iter().any(|f| f == "avx512vnni");
-    vnni512 && matches!(quant, GgmlType::IQ2_XS | GgmlType::Q4_0) && cols % 256 == 0
+    vnni512 && matches!(quant, GgmlType::IQ2_XS | GgmlType::Q4_0) && cols.is_multiple_of(256)
 }
 
 /// How the host backend runs one launch of a kernel.
