@@ -86,6 +86,20 @@ fn completions_chat_streaming_usage_stops_and_determinism() {
         .collect();
     assert_eq!(content, v["choices"][0]["message"]["content"].as_str().expect("content"));
 
+    // A seed makes sampling at temperature 1 repeatable.
+    let sampled = json!({ "prompt": PROMPT, "max_tokens": 6, "temperature": 1.0, "seed": 42 });
+    let (_, a) = server.post("/v1/completions", &sampled);
+    let (_, b) = server.post("/v1/completions", &sampled);
+    assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"], "same seed, same text");
+
+    // logit_bias +100 on one token: every token generated is that one.
+    let forced = json!({ "prompt": PROMPT, "max_tokens": 3, "temperature": 0, "logit_bias": { "1000": 100 } });
+    let (status, v) = server.post("/v1/completions", &forced);
+    assert_eq!(status, 200, "{v}");
+    let text = v["choices"][0]["text"].as_str().expect("text");
+    assert!(!text.is_empty() && text.len() % 3 == 0, "{text:?}");
+    assert_eq!(text, text[..text.len() / 3].repeat(3), "three times one token");
+
     let (_, metrics) = server.call("GET", "/metrics", None, &[]);
     assert!(metrics.contains("strata_completion_tokens_total"), "{metrics}");
     assert!(metrics.contains("strata_requests_running 0"), "{metrics}");
@@ -199,6 +213,41 @@ fn bad_input_gets_an_openai_style_4xx() {
             "exceed the context of 256",
         ),
         ("/v1/nothing", "{}".into(), 404, "no such route"),
+        // Fields strata does not act on are refused by name, not ignored.
+        (
+            "/v1/chat/completions",
+            json!({ "messages": [{ "role": "user", "content": "hi" }], "tools": [] }).to_string(),
+            400,
+            "'tools': tool calling",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({ "messages": [{ "role": "user", "content": "hi" }], "response_format": { "type": "json_object" } })
+                .to_string(),
+            400,
+            "'response_format': structured output",
+        ),
+        (
+            "/v1/completions",
+            json!({ "prompt": PROMPT, "frobnicate": 1 }).to_string(),
+            400,
+            "'frobnicate': strata does not support",
+        ),
+        ("/v1/completions", json!({ "prompt": PROMPT, "messages": [] }).to_string(), 400, "'messages'"),
+        (
+            "/v1/chat/completions",
+            json!({ "messages": [{ "role": "tool", "content": "4" }] }).to_string(),
+            400,
+            "tool messages",
+        ),
+        ("/v1/completions", json!({ "prompt": PROMPT, "logit_bias": { "12": 101 } }).to_string(), 400, "-100 to 100"),
+        ("/v1/completions", json!({ "prompt": PROMPT, "logit_bias": { "x": 1 } }).to_string(), 400, "token ids"),
+        (
+            "/v1/completions",
+            json!({ "prompt": PROMPT, "logit_bias": { "99999999": 1 } }).to_string(),
+            400,
+            "not in the vocabulary",
+        ),
     ];
     let error = |body: &str, text: &str| -> Value {
         let v: Value = serde_json::from_str(text).unwrap_or_else(|_| panic!("{body}: JSON error body, got {text}"));
@@ -212,6 +261,9 @@ fn bad_input_gets_an_openai_style_4xx() {
         let e = error(short, &text);
         let message = e["message"].as_str().unwrap_or_default();
         assert!(message.contains(says), "{short}: {message}");
+        if let Some(field) = says.strip_prefix('\'').and_then(|s| s.split('\'').next()) {
+            assert_eq!(e["param"], field, "{text}");
+        }
         if message.contains("context") && !message.contains("max_tokens") {
             // Prompt-size errors name the field that holds the prompt.
             let field = if path == "/v1/completions" { "prompt" } else { "messages" };
@@ -503,4 +555,58 @@ fn api_key_from_the_environment_and_its_precedence() {
         assert!(!out.status.success(), "{args:?} {env:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?} {env:?}: {stderr}");
     }
+}
+
+/// A thinking template in the Qwen3 style: the generation prompt opens a `<think>` block,
+/// or with `enable_thinking` false closes an empty one, as Qwen3's own template does.
+const THINKING_TEMPLATE: &str = "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}{%- endif %}";
+
+#[test]
+fn thinking_comes_back_as_reasoning_content_streamed_or_not_and_can_be_turned_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(pack) = strata_tests::pack_with_template(&dir.path().join("thinking.gguf"), THINKING_TEMPLATE) else {
+        return;
+    };
+    let Some(server) = Server::start_pack(&pack, &["--parallel", "1"], "ready") else { return };
+    let ask = |extra: Value| {
+        let mut req =
+            json!({ "messages": [{ "role": "user", "content": "2 + 2?" }], "max_tokens": 8, "temperature": 0 });
+        req.as_object_mut().expect("object").extend(extra.as_object().expect("object").clone());
+        req
+    };
+    // The prompt opened the block, and random weights never close it: all reasoning.
+    let (status, v) = server.post("/v1/chat/completions", &ask(json!({})));
+    assert_eq!(status, 200, "{v}");
+    let message = &v["choices"][0]["message"];
+    let reasoning = message["reasoning_content"].as_str().expect("reasoning_content").to_owned();
+    assert!(!reasoning.is_empty(), "{v}");
+    assert_eq!(message["content"], "", "{v}");
+
+    // Streamed: the same text in reasoning_content deltas, no content.
+    let streamed = ask(json!({ "stream": true }));
+    let deltas: Vec<Value> = server
+        .stream("/v1/chat/completions", &streamed)
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .map(|c| c["choices"][0]["delta"].clone())
+        .collect();
+    let joined: String = deltas.iter().filter_map(|d| d["reasoning_content"].as_str()).collect();
+    assert_eq!(joined, reasoning);
+    let content: String = deltas.iter().filter_map(|d| d["content"].as_str()).collect();
+    assert_eq!(content, "", "{deltas:?}");
+
+    // enable_thinking false reaches the template: the block is closed in the prompt, so
+    // the reply is content; so it is with reasoning_format "none" (the text as written).
+    for off in [json!({ "chat_template_kwargs": { "enable_thinking": false } }), json!({ "enable_thinking": false })] {
+        let (status, v) = server.post("/v1/chat/completions", &ask(off.clone()));
+        assert_eq!(status, 200, "{v}");
+        assert!(v["choices"][0]["message"].get("reasoning_content").is_none(), "{off}: {v}");
+        assert!(!v["choices"][0]["message"]["content"].as_str().unwrap_or_default().is_empty(), "{off}: {v}");
+    }
+    let (_, v) = server.post("/v1/chat/completions", &ask(json!({ "reasoning_format": "none" })));
+    assert!(v["choices"][0]["message"].get("reasoning_content").is_none(), "{v}");
+    let raw = v["choices"][0]["message"]["content"].as_str().expect("content");
+    assert_eq!(raw.trim_start(), reasoning, "the same text, untouched");
+    let (status, v) = server.post("/v1/chat/completions", &ask(json!({ "reasoning_format": "yes" })));
+    assert_eq!((status, v["error"]["param"].as_str()), (400, Some("reasoning_format")), "{v}");
 }

@@ -216,6 +216,14 @@ impl Tokenizer {
         }
     }
 
+    /// The same tokenizer with `template` as its chat template, for packs that exist to
+    /// test what a template does (thinking blocks, tool calls).
+    pub fn with_chat_template(mut self, template: &str) -> Tokenizer {
+        self.entries.retain(|(k, _)| k != "tokenizer.chat_template");
+        self.entries.push(("tokenizer.chat_template".into(), Value::String(template.into())));
+        self
+    }
+
     /// Number of tokens.
     pub fn tokens(&self) -> usize {
         self.entries

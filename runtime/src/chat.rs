@@ -48,6 +48,20 @@ pub fn render(
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String, ChatError> {
+    render_with(template, messages, add_generation_prompt, bos_token, eos_token, &serde_json::Map::new())
+}
+
+/// [`render`] with a request's own template variables beside the standard ones
+/// (OpenAI-compatible servers' `chat_template_kwargs`, such as Qwen3's `enable_thinking`);
+/// the standard ones win a clash.
+pub fn render_with(
+    template: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+    extra: &serde_json::Map<String, serde_json::Value>,
+) -> Result<String, ChatError> {
     let mut env = Environment::new();
     let syntax = SyntaxConfig::builder()
         .trim_blocks(true)
@@ -70,6 +84,7 @@ pub fn render(
         add_generation_prompt => add_generation_prompt,
         bos_token => bos_token,
         eos_token => eos_token,
+        ..minijinja::Value::from(minijinja::value::Serde(extra))
     };
     tmpl.render(ctx).map_err(|e| match raised.lock().ok().and_then(|mut r| r.take()) {
         Some(message) => ChatError::Raised(message),

@@ -83,6 +83,12 @@ pub struct Request {
     pub include_usage: bool,
     /// Alternatives per token to report, when log-probabilities are asked for.
     pub logprobs: Option<usize>,
+    /// The request's own chat-template variables (`chat_template_kwargs`, and
+    /// `enable_thinking` given at the top level).
+    pub template_kwargs: Map<String, Value>,
+    /// Whether a thinking block in the reply goes to `reasoning_content` (every
+    /// `reasoning_format` but "none").
+    pub split_reasoning: bool,
 }
 
 fn number(o: &Map<String, Value>, key: &str, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
@@ -135,6 +141,81 @@ fn content(v: &Value, at: &str) -> Result<String, ApiError> {
     }
 }
 
+/// The request fields both endpoints read. `user` (an end-user id for the provider's abuse
+/// monitoring) is taken and has nothing to do here.
+const COMMON_FIELDS: [&str; 17] = [
+    "model",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "stop",
+    "stream",
+    "stream_options",
+    "logprobs",
+    "n",
+    "logit_bias",
+    "user",
+    "max_completion_tokens",
+];
+
+/// Fields strata does not act on, and why; any other unknown field is refused too, so a
+/// client never gets an answer that silently ignored part of its request.
+const REFUSED: [(&str, &str); 12] = [
+    ("tools", "tool calling is not supported yet"),
+    ("tool_choice", "tool calling is not supported yet"),
+    ("parallel_tool_calls", "tool calling is not supported yet"),
+    ("functions", "function calling is not supported"),
+    ("function_call", "function calling is not supported"),
+    ("response_format", "structured output (response_format) is not supported yet"),
+    ("echo", "echoing the prompt is not supported"),
+    ("suffix", "suffixes (fill-in-the-middle) are not supported"),
+    ("best_of", "best_of is not supported: strata returns one choice"),
+    ("audio", "audio output is not supported"),
+    ("modalities", "only text output is supported"),
+    ("prediction", "predicted outputs are not supported"),
+];
+
+/// Refuses the first field of `o` this endpoint does not read, naming it.
+fn refuse_unknown(o: &Map<String, Value>, chat: bool) -> Result<(), ApiError> {
+    let own: &[&str] = if chat {
+        &["messages", "top_logprobs", "chat_template_kwargs", "enable_thinking", "reasoning_format"]
+    } else {
+        &["prompt"]
+    };
+    for key in o.keys() {
+        if COMMON_FIELDS.contains(&key.as_str()) || own.contains(&key.as_str()) {
+            continue;
+        }
+        let why = REFUSED.iter().find(|(k, _)| k == key).map_or("strata does not support this field", |(_, why)| why);
+        return Err(ApiError::field(key, format!("'{key}': {why}")));
+    }
+    Ok(())
+}
+
+/// `logit_bias`: token ids (as JSON object keys) to biases in -100..=100.
+fn logit_bias(o: &Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = || ApiError::field("logit_bias", "'logit_bias' must map token ids to numbers from -100 to 100");
+    match o.get("logit_bias") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| {
+                let id = k.parse::<u32>().map_err(|_| bad())?;
+                match v.as_f64() {
+                    Some(b) if (-100.0..=100.0).contains(&b) => Ok((id, b as f32)),
+                    _ => Err(bad()),
+                }
+            })
+            .collect(),
+        Some(_) => Err(bad()),
+    }
+}
+
 /// Reads a request body; `chat` selects chat completions' fields.
 pub fn parse(body: &[u8], chat: bool) -> Result<Request, ApiError> {
     let value: Value = serde_json::from_slice(body)
@@ -142,6 +223,7 @@ pub fn parse(body: &[u8], chat: bool) -> Result<Request, ApiError> {
     let Value::Object(o) = value else {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "the body must be a JSON object", None));
     };
+    refuse_unknown(&o, chat)?;
     let model = match o.get("model") {
         None | Some(Value::Null) => None,
         Some(Value::String(m)) => Some(m.clone()),
@@ -165,8 +247,17 @@ pub fn parse(body: &[u8], chat: bool) -> Result<Request, ApiError> {
             let role = match m.get("role").and_then(Value::as_str) {
                 Some(r @ ("system" | "user" | "assistant")) => r.to_owned(),
                 Some("developer") => "system".to_owned(),
+                Some("tool") => {
+                    return Err(ApiError::field(
+                        &format!("{at}.role"),
+                        "tool messages: tool calling is not supported yet",
+                    ));
+                }
                 _ => return Err(ApiError::field(&at, format!("'{at}.role' must be system, user or assistant"))),
             };
+            if m.get("tool_calls").is_some_and(|v| !v.is_null()) {
+                return Err(ApiError::field(&format!("{at}.tool_calls"), "tool calling is not supported yet"));
+            }
             let text = content(m.get("content").unwrap_or(&Value::Null), &format!("{at}.content"))?;
             messages.push(Message { role, content: text });
         }
@@ -206,6 +297,7 @@ pub fn parse(body: &[u8], chat: bool) -> Result<Request, ApiError> {
         presence_penalty: number(&o, "presence_penalty", -2.0, 2.0)?.map_or(0.0, |v| v as f32),
         frequency_penalty: number(&o, "frequency_penalty", -2.0, 2.0)?.map_or(0.0, |v| v as f32),
         seed,
+        logit_bias: logit_bias(&o)?,
         ..defaults
     };
     let logprobs = if chat {
@@ -220,5 +312,36 @@ pub fn parse(body: &[u8], chat: bool) -> Result<Request, ApiError> {
         Some(Value::Object(so)) => boolean(so, "include_usage")?,
         Some(_) => return Err(ApiError::field("stream_options", "'stream_options' must be an object")),
     };
-    Ok(Request { model, messages, prompt, max_tokens, sampler, stop, stream, include_usage, logprobs })
+    let mut template_kwargs = match o.get("chat_template_kwargs") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err(ApiError::field("chat_template_kwargs", "'chat_template_kwargs' must be an object")),
+    };
+    if o.get("enable_thinking").is_some_and(|v| !v.is_null()) {
+        template_kwargs.insert("enable_thinking".into(), Value::Bool(boolean(&o, "enable_thinking")?));
+    }
+    let split_reasoning = match o.get("reasoning_format") {
+        None | Some(Value::Null) => true,
+        Some(Value::String(f)) if f == "none" => false,
+        Some(Value::String(f)) if f == "auto" || f == "deepseek" => true,
+        Some(_) => {
+            return Err(ApiError::field(
+                "reasoning_format",
+                "'reasoning_format' must be \"auto\", \"deepseek\" or \"none\"",
+            ));
+        }
+    };
+    Ok(Request {
+        model,
+        messages,
+        prompt,
+        max_tokens,
+        sampler,
+        stop,
+        stream,
+        include_usage,
+        logprobs,
+        template_kwargs,
+        split_reasoning,
+    })
 }

@@ -18,6 +18,7 @@ pub mod http;
 pub mod metrics;
 mod observe;
 mod prompt;
+mod reasoning;
 mod routes;
 
 use std::net::SocketAddr;

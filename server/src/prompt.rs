@@ -9,6 +9,7 @@ use strata_runtime::chat::{self, Message};
 use strata_runtime::tokenizer::Tokenizer;
 
 use crate::api::ApiError;
+use crate::reasoning;
 
 /// Opens and closes a message's content in the rendered template: Unicode noncharacters,
 /// which no text should carry (any in a message are replaced by U+FFFD first).
@@ -40,8 +41,13 @@ pub(crate) fn check_bytes(param: &str, bytes: usize, limit: usize, n_ctx: u32) -
 
 /// Tokens of a chat: the template rendered with every content marked, then tokenized
 /// with control tokens parsed only outside the contents. A `<|im_start|>` written in a
-/// message is text, not a turn.
-pub(crate) fn chat_tokens(t: &Tokenizer, messages: &[Message]) -> Result<Vec<u32>, ApiError> {
+/// message is text, not a turn. `kwargs` are the request's own template variables; the
+/// flag says whether the prompt leaves the reply inside a thinking block.
+pub(crate) fn chat_tokens(
+    t: &Tokenizer,
+    messages: &[Message],
+    kwargs: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(Vec<u32>, bool), ApiError> {
     let marked: Vec<Message> = messages
         .iter()
         .map(|m| {
@@ -51,7 +57,7 @@ pub(crate) fn chat_tokens(t: &Tokenizer, messages: &[Message]) -> Result<Vec<u32
         .collect();
     let template = t.chat_template().unwrap_or(chat::CHATML);
     let token = |id: Option<u32>| id.map(|i| t.token_text(i).to_owned()).unwrap_or_default();
-    let rendered = chat::render(template, &marked, true, &token(t.bos()), &token(t.eos()))
+    let rendered = chat::render_with(template, &marked, true, &token(t.bos()), &token(t.eos()), kwargs)
         .map_err(|e| ApiError::field("messages", format!("the chat template failed: {e}")))?;
     let (text, plain) = unmark(&rendered).ok_or_else(|| {
         ApiError::field(
@@ -59,7 +65,7 @@ pub(crate) fn chat_tokens(t: &Tokenizer, messages: &[Message]) -> Result<Vec<u32
             "the chat template cuts message contents apart; strata cannot tell them from its markup",
         )
     })?;
-    Ok(t.encode_marked(&text, true, &plain))
+    Ok((t.encode_marked(&text, true, &plain), reasoning::opens_thinking(&text)))
 }
 
 /// The rendered text without its marks, and the byte ranges the marks enclosed; `None`

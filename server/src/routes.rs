@@ -27,6 +27,7 @@ use crate::api::{self, ApiError};
 use crate::engine::{Event, Finish, Job, TokenLogprob};
 use crate::observe::{self, Trace};
 use crate::prompt;
+use crate::reasoning::{self, Split, Splitter};
 
 type Shared = Arc<State>;
 
@@ -160,7 +161,7 @@ async fn complete(
     let prepared = tokio::task::spawn_blocking(move || prepare(&shared, &body, chat))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("preparing the request: {e}"), None))?;
-    let (req, prompt, max_tokens) = prepared?;
+    let (req, prompt, max_tokens, thinking) = prepared?;
     let (events, rx) = unbounded_channel();
     let job = Job {
         prompt,
@@ -191,6 +192,7 @@ async fn complete(
         created: now(),
         chat,
         logprobs: req.logprobs.is_some(),
+        thinking,
     };
     if req.stream {
         Ok(stream(reply, rx, req.include_usage, trace).into_response())
@@ -201,9 +203,10 @@ async fn complete(
 
 /// Parses and validates a request and reads its prompt into tokens: the prompt's bytes
 /// are bounded before the template and the tokenizer run, its tokens after. Returns the
-/// request, the prompt tokens and the most tokens to generate. Runs on a blocking
-/// thread: tokenizing a long prompt takes a while.
-fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<u32>, usize), ApiError> {
+/// request, the prompt tokens, the most tokens to generate and, where the reply's thinking
+/// is split off, whether the prompt opened it. Runs on a blocking thread: tokenizing a
+/// long prompt takes a while.
+fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<u32>, usize, Option<bool>), ApiError> {
     let Some(ready) = state.ready.get() else {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "loading the model", None));
     };
@@ -215,10 +218,21 @@ fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<
         return Err(model_not_found(state, m));
     }
     let t = &ready.tokenizer;
+    if let Some((id, _)) = req.sampler.logit_bias.iter().find(|(id, _)| *id as usize >= t.vocab_size()) {
+        return Err(ApiError::field(
+            "logit_bias",
+            format!("token {id} is not in the vocabulary of {} tokens", t.vocab_size()),
+        ));
+    }
     let param = if chat { "messages" } else { "prompt" };
     let bytes = if chat { req.messages.iter().map(|m| m.content.len()).sum() } else { req.prompt.len() };
     prompt::check_bytes(param, bytes, ready.max_prompt_bytes, ready.n_ctx)?;
-    let prompt = if chat { prompt::chat_tokens(t, &req.messages)? } else { t.encode(&req.prompt, state.parse_special) };
+    let (prompt, opened) = if chat {
+        prompt::chat_tokens(t, &req.messages, &req.template_kwargs)?
+    } else {
+        (t.encode(&req.prompt, state.parse_special), false)
+    };
+    let thinks = chat && req.split_reasoning && t.chat_template().is_some_and(reasoning::template_thinks);
     let (n_ctx, len) = (ready.n_ctx as usize, prompt.len());
     if prompt.is_empty() {
         return Err(ApiError::field(param, "the prompt has no tokens"));
@@ -239,7 +253,7 @@ fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<
         Some(m) => m,
         None => n_ctx - len,
     };
-    Ok((req, prompt, max_tokens))
+    Ok((req, prompt, max_tokens, thinks.then_some(opened)))
 }
 
 /// What every response of one request shares.
@@ -249,6 +263,8 @@ struct Reply {
     created: u64,
     chat: bool,
     logprobs: bool,
+    /// Thinking split off into `reasoning_content`: whether the prompt opened it.
+    thinking: Option<bool>,
 }
 
 impl Reply {
@@ -264,12 +280,19 @@ impl Reply {
         json!({ "id": self.id, "object": self.object(chunk), "created": self.created, "model": self.model, "choices": choices })
     }
 
-    /// One streamed piece of text (and its log-probabilities).
-    fn chunk(&self, text: &str, logprobs: &[TokenLogprob], finish: Option<Finish>) -> Value {
-        let finish = finish.map(Finish::name);
+    /// One streamed piece of text (a chat reply's thinking and answer) and its
+    /// log-probabilities.
+    fn chunk(&self, split: &Split, logprobs: &[TokenLogprob], finish: Option<Finish>) -> Value {
+        let (text, finish) = (split.content.as_str(), finish.map(Finish::name));
         let lp = self.logprobs.then(|| logprobs_json(self.chat, logprobs));
         let choice = if self.chat {
-            let delta = if finish.is_some() && text.is_empty() { json!({}) } else { json!({ "content": text }) };
+            let mut delta = json!({});
+            if !split.reasoning.is_empty() {
+                delta["reasoning_content"] = json!(split.reasoning);
+            }
+            if !text.is_empty() || (finish.is_none() && split.reasoning.is_empty()) {
+                delta["content"] = json!(text);
+            }
             json!({ "index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish })
         } else {
             json!({ "index": 0, "text": text, "logprobs": lp, "finish_reason": finish })
@@ -319,7 +342,17 @@ async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>, trace: &Trace) ->
                 trace.done(prompt_tokens, completion_tokens, ttft, finish.name());
                 let lp = reply.logprobs.then(|| logprobs_json(reply.chat, &lps));
                 let choice = if reply.chat {
-                    json!({ "index": 0, "message": { "role": "assistant", "content": text }, "logprobs": lp, "finish_reason": finish.name() })
+                    let mut message = json!({ "role": "assistant", "content": text });
+                    if let Some(opened) = reply.thinking {
+                        let mut splitter = Splitter::new(opened);
+                        let (head, tail) = (splitter.push(&text), splitter.finish());
+                        message["content"] = json!(head.content + &tail.content);
+                        let reasoning = head.reasoning + &tail.reasoning;
+                        if !reasoning.is_empty() {
+                            message["reasoning_content"] = json!(reasoning);
+                        }
+                    }
+                    json!({ "index": 0, "message": message, "logprobs": lp, "finish_reason": finish.name() })
                 } else {
                     json!({ "index": 0, "text": text, "logprobs": lp, "finish_reason": finish.name() })
                 };
@@ -344,6 +377,7 @@ fn stream(reply: Reply, mut rx: UnboundedReceiver<Event>, include_usage: bool, t
     tokio::spawn(async move {
         let send = |v: Value| tx.send(Ok(SseEvent::default().data(v.to_string()))).is_ok();
         trace.finish("disconnected"); // until the engine says otherwise
+        let mut splitter = reply.thinking.map(Splitter::new);
         if reply.chat {
             let first = reply.envelope(
                 true,
@@ -360,13 +394,19 @@ fn stream(reply: Reply, mut rx: UnboundedReceiver<Event>, include_usage: bool, t
             };
             match event {
                 Some(Event::Token { text, logprob }) => {
-                    if (!text.is_empty() || logprob.is_some()) && !send(reply.chunk(&text, logprob.as_slice(), None)) {
+                    let split = match splitter.as_mut() {
+                        Some(s) => s.push(&text),
+                        None => Split { reasoning: String::new(), content: text },
+                    };
+                    let some = !split.reasoning.is_empty() || !split.content.is_empty() || logprob.is_some();
+                    if some && !send(reply.chunk(&split, logprob.as_slice(), None)) {
                         return;
                     }
                 }
                 Some(Event::Done { finish, prompt_tokens, completion_tokens, ttft }) => {
                     trace.done(prompt_tokens, completion_tokens, ttft, finish.name());
-                    send(reply.chunk("", &[], Some(finish)));
+                    let rest = splitter.as_mut().map(Splitter::finish).unwrap_or_default();
+                    send(reply.chunk(&rest, &[], Some(finish)));
                     if include_usage {
                         let mut last = reply.envelope(true, json!([]));
                         last["usage"] = usage(prompt_tokens, completion_tokens);

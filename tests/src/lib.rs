@@ -23,6 +23,19 @@ pub fn synthetic_pack_of(shape: &synth::Shape, weights: &[GgmlType]) -> Vec<u8> 
     planned.writer.to_bytes(|i, out| planned.fill(1, i, out))
 }
 
+/// A tiny Qwen3-shape pack (random weights) with SmolLM2's tokenizer and `template` as
+/// its chat template, written to `path`: for tests of what a template makes of a
+/// request, where the text the model writes does not matter. `None` where
+/// [`smollm2`] is.
+pub fn pack_with_template(path: &std::path::Path, template: &str) -> Option<PathBuf> {
+    let pack = strata_compiler::pack::Pack::open(&smollm2()?).expect("the SmolLM2 pack opens");
+    let tokenizer = Tokenizer::from_pack(&pack).expect("a tokenizer").with_chat_template(template);
+    let shape = synth::Shape { vocab: None, ..Preset::TinyQwen3.shape() };
+    let types = Types { weights: vec![GgmlType::Q8_0], embedding: GgmlType::Q8_0, output: GgmlType::Q8_0 };
+    synth::write(&shape, &types, &tokenizer, 1, path, 1).expect("written");
+    Some(path.to_owned())
+}
+
 /// The SmolLM2-135M-Instruct Q4_1 pack fetched by `scripts/fetch-model.sh`, if present:
 /// `$STRATA_SMOLLM2`, else `${STRATA_CACHE:-~/.cache/strata}/models/...`.
 ///

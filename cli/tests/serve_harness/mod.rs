@@ -81,11 +81,15 @@ impl Drop for Server {
 impl Server {
     /// Starts `strata-run serve` on a free port and waits for `wait_for` (`listening` or `ready`).
     pub fn start(extra: &[&str], env: &[(&str, &str)], wait_for: &str) -> Option<Server> {
-        Server::launch(extra, env, wait_for)
+        Server::launch(&strata_tests::smollm2()?, extra, env, wait_for)
     }
 
-    fn launch(extra: &[&str], env: &[(&str, &str)], wait_for: &str) -> Option<Server> {
-        let model = strata_tests::smollm2()?;
+    /// [`Server::start`] on another pack.
+    pub fn start_pack(model: &std::path::Path, extra: &[&str], wait_for: &str) -> Option<Server> {
+        Server::launch(model, extra, &[], wait_for)
+    }
+
+    fn launch(model: &std::path::Path, extra: &[&str], env: &[(&str, &str)], wait_for: &str) -> Option<Server> {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata-run"));
         cmd.args(["serve", "--pack", model.to_str().expect("utf-8"), "--port", "0"])
             .args(if extra.contains(&"--backend") { &[][..] } else { strata_tests::behaviour_backend() })

@@ -39,6 +39,9 @@ pub struct SamplerConfig {
     pub frequency_penalty: f32,
     /// Seeds the `ChaCha20` generator so a run can be reproduced exactly.
     pub seed: u64,
+    /// Added to the named tokens' logits before any other step (OpenAI's `logit_bias`:
+    /// -100 all but bans a token, +100 all but forces it); empty is off.
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplerConfig {
@@ -54,6 +57,7 @@ impl Default for SamplerConfig {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             seed: 0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -100,6 +104,7 @@ impl Sampler {
         (self.cfg.repeat_penalty != 1.0 && self.cfg.repeat_last_n > 0)
             || self.cfg.presence_penalty != 0.0
             || self.cfg.frequency_penalty != 0.0
+            || !self.cfg.logit_bias.is_empty()
     }
 
     /// [`Sampler::sample_with`] without presence or frequency penalties' history.
@@ -181,13 +186,18 @@ impl Sampler {
         }
         let penalise = self.cfg.repeat_penalty != 1.0 && self.cfg.repeat_last_n > 0 && !history.is_empty();
         let openai = (self.cfg.presence_penalty != 0.0 || self.cfg.frequency_penalty != 0.0) && !generated.is_empty();
-        if self.cfg.is_greedy() && !penalise && !openai {
+        if self.cfg.is_greedy() && !penalise && !openai && self.cfg.logit_bias.is_empty() {
             return Filtered::Pick(argmax(logits));
         }
 
         let cands = &mut self.cands;
         cands.clear();
         cands.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, sanitize(l))));
+        for &(t, bias) in &self.cfg.logit_bias {
+            if let Some(c) = cands.get_mut(t as usize) {
+                c.1 += bias;
+            }
+        }
 
         if openai {
             let mut counts = std::collections::HashMap::<u32, u32>::new();

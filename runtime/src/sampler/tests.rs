@@ -192,6 +192,7 @@ fn everything(seed: u64) -> SamplerConfig {
         presence_penalty: 0.5,
         frequency_penalty: 0.2,
         seed,
+        logit_bias: vec![(3, 1.5), (11, -2.0)],
     }
 }
 
@@ -332,4 +333,28 @@ fn partial_match_that_does_not_stop() {
 fn earliest_stop_wins() {
     let mut m = stops(&["cd", "bcx", "b"]);
     assert_eq!(m.push("abcd"), ("a".to_owned(), true));
+}
+
+#[test]
+fn logit_bias_bans_and_forces_tokens() {
+    let l = logits(1000, 3);
+    let best = argmax(&l);
+    // -100 on the argmax: greedy takes the runner-up, which no longer ties with it.
+    let banned = SamplerConfig { logit_bias: vec![(best, -100.0)], ..SamplerConfig::greedy() };
+    let mut s = Sampler::new(banned);
+    assert!(!s.is_greedy(), "a bias needs the logits");
+    let runner_up = top_k(&l, 2)[1].0;
+    assert_eq!(s.sample(&l, &[]), runner_up);
+    // +100 on one token: sampling at temperature 1 draws it every time; ids past the
+    // vocabulary are skipped.
+    let forced = SamplerConfig {
+        logit_bias: vec![(7, 100.0), (5000, 100.0)],
+        temperature: 1.0,
+        seed: 9,
+        ..SamplerConfig::default()
+    };
+    let mut s = Sampler::new(forced);
+    for _ in 0..50 {
+        assert_eq!(s.sample(&l, &[]), 7);
+    }
 }
