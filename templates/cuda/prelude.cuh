@@ -35,6 +35,8 @@ STRATA_DEVICE float strata_fma(float a, float b, float c) { return __builtin_fma
 // Approximate math: ex2.approx and rsqrt.approx (about 2 ulp).
 STRATA_DEVICE float strata_exp(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889634f); }
 STRATA_DEVICE float strata_rsqrt(float x) { return __nvvm_rsqrt_approx_f(x); }
+// A hint that the line holding p is read soon: prefetch.global.L1 starts it for L1.
+STRATA_DEVICE void strata_prefetch_l1(const void* p) { __asm__ volatile("prefetch.global.L1 [%0];" : : "l"(p)); }
 // A scheduling fence: memory accesses may not move across it, and `v` must be final
 // here. Placed after a group of loads and the arithmetic consuming them, it bounds how
 // many loaded values are live at once (and so the registers of wide unrolled loops).

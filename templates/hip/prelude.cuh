@@ -43,6 +43,8 @@ STRATA_DEVICE float strata_fma(float a, float b, float c) { return __builtin_fma
 // Approximate math: v_exp_f32 and v_rsq_f32 (about 1 ulp).
 STRATA_DEVICE float strata_exp(float x) { return __builtin_amdgcn_exp2f(x * 1.4426950408889634f); }
 STRATA_DEVICE float strata_rsqrt(float x) { return __builtin_amdgcn_rsqf(x); }
+// A hint that the line holding p is read soon; gfx9-gfx11 have no prefetch instruction.
+STRATA_DEVICE void strata_prefetch_l1(const void* p) { (void)p; }
 // A scheduling fence: memory accesses may not move across it, and `v` must be final
 // here. Placed after a group of loads and the arithmetic consuming them, it bounds how
 // many loaded values are live at once (and so the registers of wide unrolled loops).
