@@ -290,14 +290,17 @@ pub fn compile(
         .kernels
         .iter()
         .filter_map(|k| match resources.get(&k.name) {
+            // Static allocations only: a dynamic array is sized at launch, by the record.
             Some(Resources::CodeObject { lds_bytes, .. } | Resources::Ptxas { shared_bytes: lds_bytes, .. })
-                if *lds_bytes > device.device.shared_bytes_per_block =>
+                if *lds_bytes + if k.launch.dynamic_shared { k.launch.shared_bytes } else { 0 }
+                    > device.device.shared_limit(k.launch.dynamic_shared) =>
             {
+                let limit = device.device.shared_limit(k.launch.dynamic_shared);
                 Some(CheckError {
                     kernel: k.name.clone(),
                     what: "shared memory allocated by the compiler".into(),
                     value: format!("{lds_bytes} bytes"),
-                    limit: format!("{} allows {} bytes per block", device.name, device.device.shared_bytes_per_block),
+                    limit: format!("{} allows {limit} bytes per block", device.name),
                 })
             }
             _ => None,

@@ -53,11 +53,13 @@ fn check_kernel(k: &KernelRecord, target: &Target) -> Vec<CheckError> {
             format!("it must be a whole number of {t}'s {}-thread waves", d.wave_size),
         );
     }
-    if l.shared_bytes > d.shared_bytes_per_block {
+    let shared_limit = d.shared_limit(l.dynamic_shared);
+    if l.shared_bytes > shared_limit {
+        let (kind, limit_kind) = if l.dynamic_shared { (" (dynamic)", " opted in") } else { ("", "") };
         fail(
             "shared memory per block",
-            format!("{} bytes", l.shared_bytes),
-            format!("{t} allows {} bytes per block", d.shared_bytes_per_block),
+            format!("{} bytes{kind}", l.shared_bytes),
+            format!("{t} allows {shared_limit} bytes per block{limit_kind}"),
         );
     }
     for (axis, dim) in ["x", "y", "z"].iter().zip(&l.grid) {

@@ -179,6 +179,7 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
         "sdot4": target.features.sdot4,
         "sudot4": target.features.sudot4,
         "grid_dependency": target.features.grid_dependency,
+        "cp_async": target.features.cp_async,
         "wmma": unit == Some(MatrixUnit::Wmma),
         "mfma": unit == Some(MatrixUnit::Mfma),
     });

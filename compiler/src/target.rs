@@ -73,6 +73,14 @@ pub struct Device {
     pub l2_bytes: u64,
 }
 
+impl Device {
+    /// Shared memory one block may use: the opt-in limit for a kernel whose shared
+    /// memory is sized at launch, the static one otherwise.
+    pub fn shared_limit(&self, dynamic: bool) -> u32 {
+        if dynamic { self.shared_bytes_opt_in } else { self.shared_bytes_per_block }
+    }
+}
+
 /// Instructions that select template variants and tuning.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -35,8 +35,37 @@ STRATA_DEVICE float strata_fma(float a, float b, float c) { return __builtin_fma
 // Approximate math: ex2.approx and rsqrt.approx (about 2 ulp).
 STRATA_DEVICE float strata_exp(float x) { return __nvvm_ex2_approx_f(x * 1.4426950408889634f); }
 STRATA_DEVICE float strata_rsqrt(float x) { return __nvvm_rsqrt_approx_f(x); }
-// A hint that the line holding p is read soon: prefetch.global.L1 starts it for L1.
-STRATA_DEVICE void strata_prefetch_l1(const void* p) { __asm__ volatile("prefetch.global.L1 [%0];" : : "l"(p)); }
+// A kernel's dynamic shared memory: one array, sized at launch.
+#define STRATA_DYNAMIC_SHARED(type, name) extern __attribute__((shared)) __attribute__((aligned(16))) type name[]
+// Copies 16 bytes from global to shared memory (both 16-byte aligned) in the background,
+// the first `bytes` of them read and the rest zeroed; strata_copy_commit closes a group
+// of copies, and STRATA_COPY_WAIT(n) waits until at most n of this thread's groups are
+// in flight. Other threads see the bytes after a barrier that follows the wait.
+{{#if cp_async}}
+STRATA_DEVICE void strata_copy16_async(void* dst, const void* src, u32 bytes) {
+    u64 to;
+    __asm__("cvta.to.shared.u64 %0, %1;" : "=l"(to) : "l"(dst));
+    __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" : : "r"((u32)to), "l"(src), "r"(bytes) : "memory");
+}
+STRATA_DEVICE void strata_copy_commit(void) { __asm__ volatile("cp.async.commit_group;" : : : "memory"); }
+#define STRATA_COPY_WAIT(n) __asm__ volatile("cp.async.wait_group %0;" : : "n"(n) : "memory")
+{{else}}
+STRATA_DEVICE void strata_copy16_async(void* dst, const void* src, u32 bytes) {
+    typedef u32 words __attribute__((ext_vector_type(4)));
+    words v = {0u, 0u, 0u, 0u};
+    if (bytes >= 16u) {
+        v = *(const words*)src;
+    } else {
+#pragma unroll
+        for (u32 i = 0; i < 16u; ++i) {
+            if (i < bytes) v[i / 4u] |= (u32)((const u8*)src)[i] << (8u * (i % 4u));
+        }
+    }
+    *(words*)dst = v;
+}
+STRATA_DEVICE void strata_copy_commit(void) {}
+#define STRATA_COPY_WAIT(n) ((void)(n))
+{{/if}}
 // A scheduling fence: memory accesses may not move across it, and `v` must be final
 // here. Placed after a group of loads and the arithmetic consuming them, it bounds how
 // many loaded values are live at once (and so the registers of wide unrolled loops).

@@ -41,7 +41,8 @@ fn build_checked(plan: &Plan, target: &Target, dialect: Dialect, device: &Target
             let r = built.resources.get(&k.name).cloned().unwrap_or(Resources::CheckedAtLoad);
             assert_eq!(r.spills().filter(|s| *s > 0), None, "{} {}: {r:?}", target.name, k.name);
             if let Resources::CodeObject { lds_bytes, occupancy, .. } = r {
-                let declared = k.launch.shared_bytes;
+                // A dynamic array is sized at launch: the code object declares none of it.
+                let declared = if k.launch.dynamic_shared { 0 } else { k.launch.shared_bytes };
                 assert!((declared..=declared + 32).contains(&lds_bytes), "{} {}: {r:?}", target.name, k.name);
                 assert!(occupancy > 0, "{} {}: {r:?}", target.name, k.name);
             }
@@ -111,15 +112,18 @@ fn gemm_kernel_snapshots() {
     }
 }
 
-/// Every target's tiles: the matrix unit its vendor has, whole waves, shared memory
-/// within the static limit, and a 1024-row matrix in smaller tiles than a 14336-row one.
+/// Every target's tiles: the matrix unit its vendor has, whole waves, dynamic shared
+/// memory within the opt-in limit, the largest tile whatever the matrix, and raw weights
+/// staged a super-step of whole blocks at a time, more of them where copies are
+/// asynchronous.
 #[test]
 fn gemm_tiles_fit_every_target() {
     for target in target::known() {
         let big = rules::kernel(ops::Gemm { quant: GgmlType::Q4_0, rows: 14_336, cols: 4096 }.into(), &target);
         let small = rules::kernel(ops::Gemm { quant: GgmlType::Q4_0, rows: 1024, cols: 4096 }.into(), &target);
         for k in [&big, &small] {
-            assert!(k.launch.shared_bytes <= target.device.shared_bytes_per_block, "{} {}", target.name, k.name);
+            assert!(k.launch.dynamic_shared, "{} {}", target.name, k.name);
+            assert!(k.launch.shared_bytes <= target.device.shared_limit(true), "{} {}", target.name, k.name);
             assert!(k.launch.threads <= 256 && k.launch.threads % target.device.wave_size == 0);
         }
         // The largest tile that fits, whatever the matrix (measured: docs/PERFORMANCE.md).
@@ -128,6 +132,19 @@ fn gemm_tiles_fit_every_target() {
             _ => [0, 0],
         };
         assert_eq!((tile(&small), tile(&big)), ([128, 128], [128, 128]), "{}", target.name);
+        let super_blocks = rules::kernel(ops::Gemm { quant: GgmlType::Q6_K, rows: 4096, cols: 4096 }.into(), &target);
+        let stages = |k: &KernelRecord| match &k.tuning {
+            Tuning::Gemm(t) => (t.raw_k, t.raw_stages),
+            _ => (0, 0),
+        };
+        let most = if target.features.cp_async { 3 } else { 2 };
+        for (k, fewest_features) in [(&big, 128), (&super_blocks, 256)] {
+            let (raw_k, raw_stages) = stages(k);
+            assert!(raw_k >= fewest_features && (2..=most).contains(&raw_stages), "{} {}", target.name, k.name);
+        }
+        if target.name == "sm_90" {
+            assert_eq!((stages(&big), stages(&super_blocks)), ((256, 3), (256, 3)));
+        }
         let nvidia = target.vendor == Vendor::Nvidia;
         assert_eq!(nvidia, rules::matrix_unit(&target) == strata_compiler::plan::MatrixUnit::MmaSync);
     }

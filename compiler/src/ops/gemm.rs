@@ -1,12 +1,13 @@
 //! `gemm`: a quantized matrix times the columns of a prompt chunk (or any window wider
 //! than the GEMV's), on the target's matrix unit: tiles of weights dequantized to f16
 //! and tiles of the input converted to f16 in shared memory, multiplied by
-//! `strata_mma16` (`templates/matrix/<unit>.cuh`) with f32 accumulators.
+//! `strata_mma16` (`templates/matrix/<unit>.cuh`) with f32 accumulators. The raw weight
+//! blocks are staged in shared memory a few steps ahead of their decode.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch, per, scalar};
+use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch_dynamic, per, scalar};
 use crate::plan::rules::{self, MAX_TOKENS};
 use crate::plan::{Dim, Elem, Extent, GemmTuning, KernelRecord, Options, Tuning};
 use crate::quant::GgmlType;
@@ -24,14 +25,24 @@ pub struct Gemm {
     pub cols: u32,
 }
 
-/// Shared-memory stages of the tiles: the waves multiply one while the next is stored.
+/// Shared-memory stages of the f16 tiles: the waves multiply one while the next is stored.
 pub const STAGES: u32 = 2;
 
 impl Gemm {
-    /// Shared bytes of a tuning: the weight and input tiles in f16, rows padded, in
-    /// [`STAGES`] buffers.
-    pub fn shared_bytes(t: &GemmTuning) -> u32 {
+    /// Shared bytes of a tuning for weights of `quant`: the weight and input tiles in
+    /// f16, rows padded, in [`STAGES`] buffers, then `raw_stages` super-steps of raw
+    /// weight rows ([`Gemm::raw_slot`] bytes each).
+    pub fn shared_bytes(quant: GgmlType, t: &GemmTuning) -> u32 {
         STAGES * (t.tile_rows + t.tile_tokens) * (t.tile_k + t.pad) * 2
+            + t.raw_stages * t.tile_rows * Gemm::raw_slot(quant, t.raw_k)
+    }
+
+    /// Bytes of one row's staged super-step of `raw_k` features: the 16-byte pieces
+    /// that cover its blocks wherever they start (16-byte copies keep the phase, so
+    /// the blocks keep their alignment).
+    pub fn raw_slot(quant: GgmlType, raw_k: u32) -> u32 {
+        let span = u64::from(raw_k) / quant.block_len().max(1) as u64 * quant.block_bytes() as u64;
+        u32::try_from((span + 15).next_multiple_of(16)).unwrap_or(u32::MAX)
     }
 
     /// The part of a block's tile one wave multiplies, (rows, tokens): 64 rows by a
@@ -51,7 +62,7 @@ impl KernelOp for Gemm {
 
     fn record(&self, target: &Target, options: &Options) -> Parts {
         let Gemm { quant, rows, cols } = *self;
-        let t = rules::gemm(target, options);
+        let t = rules::gemm(target, options, quant, cols);
         let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
         let grid = [
             Dim::Fixed(rows.div_ceil(t.tile_rows)),
@@ -59,7 +70,7 @@ impl KernelOp for Gemm {
             Dim::Fixed(1),
         ];
         Parts {
-            launch: launch(target, grid, t.waves * target.device.wave_size, Gemm::shared_bytes(&t)),
+            launch: launch_dynamic(target, grid, t.waves * target.device.wave_size, Gemm::shared_bytes(quant, &t)),
             tuning: Tuning::Gemm(t),
             buffers: vec![
                 buffer("w", Elem::U8, fixed_len(u64::from(rows) * row_bytes), false),
@@ -76,8 +87,19 @@ impl KernelOp for Gemm {
             c.tuning_missing("a GEMM needs its tiles");
             return;
         };
-        if Gemm::shared_bytes(t) != k.launch.shared_bytes {
-            c.shared(Gemm::shared_bytes(t), "the weight and input tiles".into());
+        let shared = Gemm::shared_bytes(quant, t);
+        if shared != k.launch.shared_bytes || !k.launch.dynamic_shared {
+            c.shared(shared, "the weight and input tiles and the raw weights' stages (dynamic)".into());
+        }
+        let whole_blocks = t.raw_k.is_multiple_of(t.tile_k.max(1))
+            && u64::from(t.raw_k).is_multiple_of(quant.block_len().max(1) as u64)
+            && cols.is_multiple_of(t.raw_k.max(1));
+        if !whole_blocks || t.raw_stages < 2 {
+            c.fail(
+                "the raw weights' super-steps",
+                format!("{} features, {} stages", t.raw_k, t.raw_stages),
+                format!("whole {} blocks, whole steps, dividing {cols} columns; 2 stages at least", quant.name()),
+            );
         }
         for (what, n) in [("tile rows", t.tile_rows), ("tile tokens", t.tile_tokens)] {
             if n == 0 || !n.is_multiple_of(16) {
@@ -135,19 +157,29 @@ impl KernelOp for Gemm {
         2e-3
     }
 
-    fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, target: &Target) -> Value {
         let Gemm { quant, rows, cols } = *self;
         let Tuning::Gemm(t) = &k.tuning else { return json!({}) };
         let threads = k.launch.threads.max(1);
         let (wave_rows, wave_tokens) = Gemm::wave_tile(k.launch.wave_size);
         let w_tasks = t.tile_rows * (t.tile_k / 32);
         let x_vectors = t.tile_tokens * (t.tile_k / 4);
+        let raw_slot = Gemm::raw_slot(quant, t.raw_k);
+        let raw_tasks = t.tile_rows * (raw_slot / 16);
         json!({
             "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(), "unit": t.unit.name(),
             "rows": rows, "cols": cols, "row_bytes": quant.row_bytes(u64::from(cols)).unwrap_or(0),
             "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
             "tile_rows": t.tile_rows, "tile_tokens": t.tile_tokens, "tile_k": t.tile_k,
             "stride": t.tile_k + t.pad, "w_len": fixed(k, "w"), "steps": cols / t.tile_k.max(32),
+            "raw_stages": t.raw_stages, "raw_steps": cols / t.raw_k.max(32), "per_raw": t.raw_k / t.tile_k.max(32),
+            "raw_span": u64::from(t.raw_k) / quant.block_len().max(1) as u64 * quant.block_bytes() as u64,
+            "raw_slot": raw_slot, "raw_pieces": raw_slot / 16, "raw_tasks": raw_tasks,
+            "raw_per_thread": raw_tasks.div_ceil(threads), "raw_ragged": !raw_tasks.is_multiple_of(threads),
+            // Background copies all issue at once; copies that are loads and stores two at a
+            // time, so that their registers stay few.
+            "raw_unroll": if target.features.cp_async { raw_tasks.div_ceil(threads) } else { 2 },
+            "chunks_per_step": t.tile_k / 32,
             "wave_rows": wave_rows, "wave_tokens": wave_tokens, "waves_t": (t.tile_tokens / wave_tokens).max(1),
             "wm": wave_rows / 16, "wn": wave_tokens / 16, "k16": t.tile_k / 16, "chunk_vectors": t.tile_k / 4,
             "w_tasks": w_tasks, "w_per_thread": w_tasks.div_ceil(threads), "w_ragged": !w_tasks.is_multiple_of(threads),

@@ -296,8 +296,15 @@ pub(crate) fn launch(target: &Target, grid: [Dim; 3], threads: u32, shared_bytes
         waves: threads / wave,
         wave_size: wave,
         shared_bytes,
+        dynamic_shared: false,
         grid_dependency: target.features.grid_dependency,
     }
+}
+
+/// [`launch`] of a kernel whose shared memory is its dynamic array, sized at launch (up
+/// to the target's opt-in limit).
+pub(crate) fn launch_dynamic(target: &Target, grid: [Dim; 3], threads: u32, shared_bytes: u32) -> Launch {
+    Launch { dynamic_shared: true, ..launch(target, grid, threads, shared_bytes) }
 }
 
 /// Threads of a block-per-row kernel over rows of `n`: four elements a thread, whole

@@ -164,8 +164,13 @@ pub struct Launch {
     pub waves: u32,
     /// Wave size the kernel was written for; the host checks it against the device.
     pub wave_size: u32,
-    /// Shared memory the kernel declares, bytes.
+    /// Shared memory the kernel declares, bytes (requested at launch where `dynamic_shared`).
     pub shared_bytes: u32,
+    /// The kernel's shared memory is one dynamic array sized at launch
+    /// (`STRATA_DYNAMIC_SHARED`), so it may use the target's opt-in limit beyond the
+    /// static one (NVIDIA: 48 KiB static, up to 227 KiB opted in).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dynamic_shared: bool,
     /// The kernel waits in-kernel for the one before it (`strata_await_inputs`), so the
     /// host may launch it as a programmatic dependent of that kernel.
     #[serde(default)]
@@ -290,6 +295,12 @@ pub struct GemmTuning {
     pub tile_k: u32,
     /// f16 elements padding each staged row (spreads a tile's rows over the banks).
     pub pad: u32,
+    /// Input features of a staged super-step of raw weights: a multiple of `tile_k` that
+    /// holds whole blocks (256 for the super-block types, whose scales lead each block).
+    pub raw_k: u32,
+    /// Super-steps of raw weights in flight in shared memory (at least 2): the block
+    /// copies super-step n + raw_stages - 1 while it decodes super-step n.
+    pub raw_stages: u32,
 }
 
 /// Tiles of [`Op::AttentionPrefill`] (see [`rules::attention_prefill`]): a block takes

@@ -160,31 +160,53 @@ pub const GEMM_CHUNK: u32 = 512;
 /// token of the tile, and the dequantization is most of a step's work. Measured on the
 /// H200 (docs/PERFORMANCE.md), 128x128 everywhere beat tiles chosen to give each SM a
 /// block (128x64 or 64x64 for the 4096- and 1024-row matrices) by 20% at pp512, and
-/// 128x64 everywhere lost 13%. Every candidate fits every shipped target: 256 threads at
-/// most, 40 KiB of double-buffered tiles under the 48 KiB of static shared memory a
-/// block may declare on NVIDIA (64 KiB on AMD). `options.gemm_tile` imposes a block tile
-/// (tuning sweeps; the static check refuses one that does not fit).
-pub fn gemm(target: &Target, options: &Options) -> GemmTuning {
+/// 128x64 everywhere lost 13%.
+///
+/// The raw weights reach shared memory ahead of their decode in super-steps of whole
+/// blocks (`raw_k` features: the most of 256, 128, 64 and 32 that holds whole blocks
+/// and divides the row), copied by consecutive threads in consecutive 16-byte pieces of
+/// a row (a row's blocks are contiguous; one lane a row would touch a cache line per
+/// lane, and a short span would copy mostly the pieces' slack). Where the target copies
+/// asynchronously (`cp_async`) three super-steps are in flight; elsewhere a copy is a
+/// load and a store and two suffice. The tiles live in dynamic shared memory, so they
+/// may use the target's opt-in limit; the first fit is taken, in the order above (tile,
+/// then super-step, then stages). `options.gemm_tile` imposes a block tile (tuning
+/// sweeps; the static check refuses one that does not fit).
+pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> GemmTuning {
     let d = &target.device;
     let (wave_rows, wave_tokens) = crate::ops::Gemm::wave_tile(d.wave_size);
     let (tile_k, pad) = (32, 8);
-    let tuning = |tile_rows: u32, tile_tokens: u32| GemmTuning {
+    let block = u32::try_from(quant.block_len()).unwrap_or(u32::MAX).max(tile_k);
+    let raw_ks: Vec<u32> =
+        [256u32, 128, 64, 32].into_iter().filter(|k| k.is_multiple_of(block) && cols.is_multiple_of(*k)).collect();
+    let raw_ks = if raw_ks.is_empty() { vec![block] } else { raw_ks };
+    let tuning = |tile_rows: u32, tile_tokens: u32, raw_k: u32, raw_stages: u32| GemmTuning {
         unit: matrix_unit(target),
         waves: (tile_rows / wave_rows).max(1) * (tile_tokens / wave_tokens).max(1),
         tile_rows,
         tile_tokens,
         tile_k,
         pad,
+        raw_k,
+        raw_stages,
     };
-    if let Some([r, t]) = options.gemm_tile {
-        return tuning(r, t);
-    }
-    let candidates = [(128, 128), (128, 64), (64, 64)].map(|(r, t)| tuning(r, t));
+    let most_stages = if target.features.cp_async { 3 } else { 2 };
     let fits = |t: &GemmTuning| {
-        crate::ops::Gemm::shared_bytes(t) <= d.shared_bytes_per_block
+        crate::ops::Gemm::shared_bytes(quant, t) <= d.shared_limit(true)
             && t.waves * d.wave_size <= d.max_threads_per_block
     };
-    candidates.into_iter().find(fits).unwrap_or_else(|| tuning(64, 64))
+    let tiles: &[(u32, u32)] = match options.gemm_tile {
+        Some([r, t]) => &[(r, t)],
+        None => &[(128, 128), (128, 64), (64, 64)],
+    };
+    let candidates = tiles
+        .iter()
+        .flat_map(|&(r, t)| raw_ks.iter().flat_map(move |&k| (2..=most_stages).rev().map(move |s| (r, t, k, s))));
+    let last = (tiles[tiles.len() - 1], raw_ks[raw_ks.len() - 1]);
+    candidates
+        .map(|(r, t, k, s)| tuning(r, t, k, s))
+        .find(fits)
+        .unwrap_or_else(|| tuning(last.0.0, last.0.1, last.1, 2))
 }
 
 /// Prefill attention's tiles for `op` on `target`: [`WAVES_PER_BLOCK`] waves of 16 query

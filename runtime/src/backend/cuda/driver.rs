@@ -79,8 +79,17 @@ impl Driver for CudaDriver {
         self.ctx.load_module(Ptx::from_src(text)).map_err(driver("cuModuleLoadData"))
     }
 
-    fn function(&self, module: &Arc<CudaModule>, name: &str) -> Result<CudaFunction, RunError> {
-        module.load_function(name).map_err(driver(&format!("cuModuleGetFunction({name})")))
+    fn function(&self, module: &Arc<CudaModule>, name: &str, dynamic_shared: u32) -> Result<CudaFunction, RunError> {
+        let f = module.load_function(name).map_err(driver(&format!("cuModuleGetFunction({name})")))?;
+        // A kernel opts in to its dynamic shared memory (required beyond 48 KiB).
+        if dynamic_shared > 0 {
+            let bytes = i32::try_from(dynamic_shared).unwrap_or(i32::MAX);
+            f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
+                .map_err(driver(&format!(
+                    "cuFuncSetAttribute({name}, {dynamic_shared} bytes of dynamic shared memory)"
+                )))?;
+        }
+        Ok(f)
     }
 
     fn alloc(&self, stream: &Arc<CudaStream>, bytes: usize) -> Result<CudaSlice<u8>, RunError> {
@@ -142,6 +151,7 @@ impl Driver for CudaDriver {
         function: &CudaFunction,
         [x, y, z]: [u32; 3],
         threads: u32,
+        dynamic_shared: u32,
         dependent: bool,
         params: &mut [*mut c_void],
     ) -> Result<(), Failure> {
@@ -158,7 +168,7 @@ impl Driver for CudaDriver {
             blockDimX: threads,
             blockDimY: 1,
             blockDimZ: 1,
-            sharedMemBytes: 0,
+            sharedMemBytes: dynamic_shared,
             hStream: stream.cu_stream(),
             attrs: &mut attribute,
             numAttrs: u32::from(dependent),

@@ -67,8 +67,9 @@ pub trait Driver: Sized {
     /// Loads a module image (PTX text or a code object).
     fn load_module(&self, image: &[u8]) -> Result<Self::Module, RunError>;
 
-    /// The kernel `name` of a loaded module.
-    fn function(&self, module: &Self::Module, name: &str) -> Result<Self::Function, RunError>;
+    /// The kernel `name` of a loaded module, allowed `dynamic_shared` bytes of dynamic
+    /// shared memory at launch (0: none) where the vendor asks kernels to opt in.
+    fn function(&self, module: &Self::Module, name: &str, dynamic_shared: u32) -> Result<Self::Function, RunError>;
 
     /// `bytes.max(1)` bytes of device memory, zeroed on `stream` (errors name `bytes`).
     fn alloc(&self, stream: &Self::Stream, bytes: usize) -> Result<Self::Buffer, RunError>;
@@ -116,7 +117,8 @@ pub trait Driver: Sized {
     /// `dst .. dst + src.len()` within a live allocation of this driver.
     unsafe fn upload(&self, stream: &Self::Stream, dst: u64, src: &[u8]) -> Result<(), RunError>;
 
-    /// Queues `function` on `stream` over `grid` blocks of `threads` threads; `dependent`
+    /// Queues `function` on `stream` over `grid` blocks of `threads` threads with
+    /// `dynamic_shared` bytes of dynamic shared memory; `dependent`
     /// asks for a programmatic dependent launch where the vendor has one (the kernel waits
     /// for its inputs in-kernel). [`Failure::Kernel`] when the driver refuses the launch.
     ///
@@ -130,6 +132,7 @@ pub trait Driver: Sized {
         function: &Self::Function,
         grid: [u32; 3],
         threads: u32,
+        dynamic_shared: u32,
         dependent: bool,
         params: &mut [*mut c_void],
     ) -> Result<(), Failure>;

@@ -165,6 +165,11 @@ impl<D: Driver> Drop for Gpu<D> {
     }
 }
 
+/// The dynamic shared memory a kernel asks for at launch (0 for static arrays only).
+fn dynamic_shared(spec: &KernelRecord) -> u32 {
+    if spec.launch.dynamic_shared { spec.launch.shared_bytes } else { 0 }
+}
+
 impl<D: Driver> Backend for Gpu<D> {
     fn info(&self) -> DeviceInfo {
         self.driver.info()
@@ -173,7 +178,7 @@ impl<D: Driver> Backend for Gpu<D> {
     fn load(&mut self, module: &[u8], kernels: &[KernelRecord]) -> Result<(), RunError> {
         let module = self.driver.load_module(module)?;
         for spec in kernels {
-            let f = self.driver.function(&module, &spec.name)?;
+            let f = self.driver.function(&module, &spec.name, dynamic_shared(spec))?;
             self.functions.insert(spec.name.clone(), f);
             self.names.push(spec.name.clone());
             self.specs.insert(spec.name.clone(), spec.clone());
@@ -234,7 +239,8 @@ impl<D: Driver> Backend for Gpu<D> {
         // checks proved within the target and the build proved the code was compiled for
         // (`artifacts::launch_disagreements`).
         let launched = unsafe {
-            self.driver.launch(&self.stream, f, grid, spec.launch.threads, spec.launch.grid_dependency, &mut params)
+            let l = &spec.launch;
+            self.driver.launch(&self.stream, f, grid, l.threads, dynamic_shared(spec), l.grid_dependency, &mut params)
         };
         launched.map_err(|f| match f {
             Failure::Call(e) => e,

@@ -79,7 +79,7 @@ impl Driver for Fake {
     fn load_module(&self, _image: &[u8]) -> Result<(), RunError> {
         Ok(())
     }
-    fn function(&self, _module: &(), name: &str) -> Result<String, RunError> {
+    fn function(&self, _module: &(), name: &str, _dynamic_shared: u32) -> Result<String, RunError> {
         Ok(name.into())
     }
     fn alloc(&self, _stream: &u32, bytes: usize) -> Result<u64, RunError> {
@@ -130,6 +130,7 @@ impl Driver for Fake {
         function: &String,
         _grid: [u32; 3],
         _threads: u32,
+        _dynamic_shared: u32,
         dependent: bool,
         _params: &mut [*mut c_void],
     ) -> Result<(), Failure> {

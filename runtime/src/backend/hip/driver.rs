@@ -109,7 +109,8 @@ impl Driver for HipDriver {
         Ok(Handle(handle))
     }
 
-    fn function(&self, module: &Handle, name: &str) -> Result<Handle, RunError> {
+    /// AMD parts give a block all of its 64 KiB of LDS without opting in.
+    fn function(&self, module: &Handle, name: &str, _dynamic_shared: u32) -> Result<Handle, RunError> {
         let c_name = CString::new(name).map_err(|e| RunError::Other(e.to_string()))?;
         let mut f = std::ptr::null_mut();
         // SAFETY: a valid module handle and NUL-terminated name.
@@ -236,6 +237,7 @@ impl Driver for HipDriver {
         function: &Handle,
         [x, y, z]: [u32; 3],
         threads: u32,
+        dynamic_shared: u32,
         _dependent: bool,
         params: &mut [*mut c_void],
     ) -> Result<(), Failure> {
@@ -250,7 +252,7 @@ impl Driver for HipDriver {
                 threads,
                 1,
                 1,
-                0,
+                dynamic_shared,
                 stream.0,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
