@@ -15,7 +15,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaModule
 use cudarc::nvrtc::Ptx;
 
 use super::{driver, driver_present, no_driver};
-use crate::backend::gpu::{Driver, Failure};
+use crate::backend::gpu::{Driver, Failure, Geometry};
 use crate::backend::{DeviceInfo, RunError};
 
 /// A CUDA context on one device.
@@ -149,9 +149,7 @@ impl Driver for CudaDriver {
         &self,
         stream: &Arc<CudaStream>,
         function: &CudaFunction,
-        [x, y, z]: [u32; 3],
-        threads: u32,
-        dynamic_shared: u32,
+        Geometry { grid: [x, y, z], threads, dynamic_shared }: Geometry,
         dependent: bool,
         params: &mut [*mut c_void],
     ) -> Result<(), Failure> {

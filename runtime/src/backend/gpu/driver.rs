@@ -32,6 +32,18 @@ impl From<RunError> for Failure {
     }
 }
 
+/// Where a kernel runs: `grid` blocks of `threads` threads, each with
+/// `dynamic_shared` bytes of dynamic shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Blocks along x, y, z.
+    pub grid: [u32; 3],
+    /// Threads a block.
+    pub threads: u32,
+    /// Bytes of dynamic shared memory a block.
+    pub dynamic_shared: u32,
+}
+
 /// One vendor's GPU driver (see the module documentation). Device memory is addressed by
 /// plain device addresses (`u64`), as kernels see it.
 pub trait Driver: Sized {
@@ -117,8 +129,7 @@ pub trait Driver: Sized {
     /// `dst .. dst + src.len()` within a live allocation of this driver.
     unsafe fn upload(&self, stream: &Self::Stream, dst: u64, src: &[u8]) -> Result<(), RunError>;
 
-    /// Queues `function` on `stream` over `grid` blocks of `threads` threads with
-    /// `dynamic_shared` bytes of dynamic shared memory; `dependent`
+    /// Queues `function` on `stream` with `geometry`; `dependent`
     /// asks for a programmatic dependent launch where the vendor has one (the kernel waits
     /// for its inputs in-kernel). [`Failure::Kernel`] when the driver refuses the launch.
     ///
@@ -130,9 +141,7 @@ pub trait Driver: Sized {
         &self,
         stream: &Self::Stream,
         function: &Self::Function,
-        grid: [u32; 3],
-        threads: u32,
-        dynamic_shared: u32,
+        geometry: Geometry,
         dependent: bool,
         params: &mut [*mut c_void],
     ) -> Result<(), Failure>;

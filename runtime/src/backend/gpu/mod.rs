@@ -20,7 +20,7 @@ use std::mem::ManuallyDrop;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-pub use driver::{Driver, Failure};
+pub use driver::{Driver, Failure, Geometry};
 use strata_compiler::plan::KernelRecord;
 
 use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, Mark, RunError, bounds_error, launch_values};
@@ -239,8 +239,8 @@ impl<D: Driver> Backend for Gpu<D> {
         // checks proved within the target and the build proved the code was compiled for
         // (`artifacts::launch_disagreements`).
         let launched = unsafe {
-            let l = &spec.launch;
-            self.driver.launch(&self.stream, f, grid, l.threads, dynamic_shared(spec), l.grid_dependency, &mut params)
+            let geometry = Geometry { grid, threads: spec.launch.threads, dynamic_shared: dynamic_shared(spec) };
+            self.driver.launch(&self.stream, f, geometry, spec.launch.grid_dependency, &mut params)
         };
         launched.map_err(|f| match f {
             Failure::Call(e) => e,

@@ -13,7 +13,7 @@ use strata_compiler::ops::{self, Op};
 use strata_compiler::plan::rules;
 use strata_compiler::target::Target;
 
-use super::{Driver, Failure, Gpu};
+use super::{Driver, Failure, Geometry, Gpu};
 use crate::backend::{Arg, Backend, DeviceInfo, RunError};
 
 /// A driver whose memory is host bytes and whose work finishes as `done` says.
@@ -128,9 +128,7 @@ impl Driver for Fake {
         &self,
         stream: &u32,
         function: &String,
-        _grid: [u32; 3],
-        _threads: u32,
-        _dynamic_shared: u32,
+        _geometry: Geometry,
         dependent: bool,
         _params: &mut [*mut c_void],
     ) -> Result<(), Failure> {

@@ -8,7 +8,7 @@ use std::task::Poll;
 use strata_compiler::emit::Dialect;
 
 use super::api::{self, Api, Platform};
-use crate::backend::gpu::{Driver, Failure};
+use crate::backend::gpu::{Driver, Failure, Geometry};
 use crate::backend::{DeviceInfo, RunError};
 
 /// A HIP object (stream, event, allocation, module, function or graph), owned: released
@@ -235,9 +235,7 @@ impl Driver for HipDriver {
         &self,
         stream: &Handle,
         function: &Handle,
-        [x, y, z]: [u32; 3],
-        threads: u32,
-        dynamic_shared: u32,
+        Geometry { grid: [x, y, z], threads, dynamic_shared }: Geometry,
         _dependent: bool,
         params: &mut [*mut c_void],
     ) -> Result<(), Failure> {
