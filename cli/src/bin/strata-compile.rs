@@ -75,6 +75,10 @@ struct CompileArgs {
     /// (tuning sweeps).
     #[arg(long, value_name = "ROWSxTOKENS", value_parser = parse_tile)]
     gemm_tile: Option<[u32; 2]>,
+    /// Input features of every GEMM's step (a multiple of 32) instead of the rule's 32
+    /// (tuning sweeps).
+    #[arg(long, value_name = "FEATURES", value_parser = clap::value_parser!(u32).range(32..=256))]
+    gemm_k: Option<u32>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention): prompts are then read in verify-window passes.
     #[arg(long)]
@@ -273,6 +277,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         q8_rows: args.q8_rows,
         qsa_block: args.qsa_block,
         gemm_tile: args.gemm_tile,
+        gemm_k: args.gemm_k,
         prefill: !args.no_prefill,
     };
     let request = Request {

@@ -50,6 +50,9 @@ pub struct Options {
     /// sweeps; [`rules::gemm`] still fits the waves to it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_tile: Option<[u32; 2]>,
+    /// Input features of every GEMM's step instead of the rule's (for tuning sweeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_k: Option<u32>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack; without them prompts are read in verify-window passes.
     #[serde(default)]
@@ -66,6 +69,7 @@ impl Default for Options {
             q8_rows: None,
             qsa_block: None,
             gemm_tile: None,
+            gemm_k: None,
             prefill: true,
         }
     }

@@ -175,7 +175,7 @@ pub const GEMM_CHUNK: u32 = 512;
 pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> GemmTuning {
     let d = &target.device;
     let (wave_rows, wave_tokens) = crate::ops::Gemm::wave_tile(d.wave_size);
-    let (tile_k, pad) = (32, 8);
+    let (tile_k, pad) = (options.gemm_k.unwrap_or(32), 8);
     let block = u32::try_from(quant.block_len()).unwrap_or(u32::MAX).max(tile_k);
     let raw_ks: Vec<u32> =
         [256u32, 128, 64, 32].into_iter().filter(|k| k.is_multiple_of(block) && cols.is_multiple_of(*k)).collect();
