@@ -75,8 +75,8 @@ struct CompileArgs {
     /// (tuning sweeps).
     #[arg(long, value_name = "ROWSxTOKENS", value_parser = parse_tile)]
     gemm_tile: Option<[u32; 2]>,
-    /// Input features of every GEMM's step (a multiple of 32) instead of the rule's 32
-    /// (tuning sweeps).
+    /// Input features of every GEMM's step (a multiple of 32) instead of the rule's (64 on
+    /// NVIDIA where it fits, else 32) (tuning sweeps).
     #[arg(long, value_name = "FEATURES", value_parser = clap::value_parser!(u32).range(32..=256))]
     gemm_k: Option<u32>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill

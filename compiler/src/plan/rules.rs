@@ -152,8 +152,12 @@ pub fn matrix_unit(target: &Target) -> MatrixUnit {
 pub const GEMM_CHUNK: u32 = 512;
 
 /// GEMM tiles for `rows × cols` on `target`. Each wave multiplies 64 rows by a wave's
-/// width of tokens (`ops::Gemm::wave_tile`: 64 accumulators a lane on every unit), 32
-/// features a step (one dequantized chunk a row), rows of the staged tiles padded by 8
+/// width of tokens (`ops::Gemm::wave_tile`: 64 accumulators a lane on every unit), 64
+/// features a step on NVIDIA (`cp_async`) where they fit beside the tile and divide the
+/// row, else 32 (one dequantized chunk a row; 64 gives each thread a chunk to decode and
+/// halves the barriers: pp512 +14% on the Q4_0 and +43% on the IQ2_XS Llama-8B packs on
+/// an H100, docs/PERFORMANCE.md; on AMD, unmeasured, 64 only fits smaller tiles and
+/// spills gfx1030's registers), rows of the staged tiles padded by 8
 /// halves (16 bytes: fragment loads of 8 consecutive rows then fall in distinct banks,
 /// and rows stay 16-byte aligned). The block tile is the largest of 128x128, 128x64 and
 /// 64x64 (rows x tokens) that fits the target: each dequantized weight serves every
@@ -170,17 +174,26 @@ pub const GEMM_CHUNK: u32 = 512;
 /// asynchronously (`cp_async`) three super-steps are in flight; elsewhere a copy is a
 /// load and a store and two suffice. The tiles live in dynamic shared memory, so they
 /// may use the target's opt-in limit; the first fit is taken, in the order above (tile,
-/// then super-step, then stages). `options.gemm_tile` imposes a block tile (tuning
+/// then step, then super-step, then stages). `options.gemm_tile` imposes a block tile (tuning
 /// sweeps; the static check refuses one that does not fit).
 pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> GemmTuning {
     let d = &target.device;
     let (wave_rows, wave_tokens) = crate::ops::Gemm::wave_tile(d.wave_size);
-    let (tile_k, pad) = (options.gemm_k.unwrap_or(32), 8);
-    let block = u32::try_from(quant.block_len()).unwrap_or(u32::MAX).max(tile_k);
-    let raw_ks: Vec<u32> =
-        [256u32, 128, 64, 32].into_iter().filter(|k| k.is_multiple_of(block) && cols.is_multiple_of(*k)).collect();
-    let raw_ks = if raw_ks.is_empty() { vec![block] } else { raw_ks };
-    let tuning = |tile_rows: u32, tile_tokens: u32, raw_k: u32, raw_stages: u32| GemmTuning {
+    let pad = 8;
+    let tile_ks: Vec<u32> = match options.gemm_k {
+        Some(k) => vec![k],
+        None if target.features.cp_async => [64u32, 32].into_iter().filter(|k| cols.is_multiple_of(*k)).collect(),
+        None => vec![32],
+    };
+    let tile_ks = if tile_ks.is_empty() { vec![32] } else { tile_ks };
+    // Super-steps for a step of tile_k features.
+    let raw_ks = |tile_k: u32| {
+        let block = u32::try_from(quant.block_len()).unwrap_or(u32::MAX).max(tile_k);
+        let ks: Vec<u32> =
+            [256u32, 128, 64, 32].into_iter().filter(|k| k.is_multiple_of(block) && cols.is_multiple_of(*k)).collect();
+        if ks.is_empty() { vec![block] } else { ks }
+    };
+    let tuning = |tile_rows: u32, tile_tokens: u32, tile_k: u32, raw_k: u32, raw_stages: u32| GemmTuning {
         unit: matrix_unit(target),
         waves: (tile_rows / wave_rows).max(1) * (tile_tokens / wave_tokens).max(1),
         tile_rows,
@@ -199,14 +212,17 @@ pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> G
         Some([r, t]) => &[(r, t)],
         None => &[(128, 128), (128, 64), (64, 64)],
     };
-    let candidates = tiles
-        .iter()
-        .flat_map(|&(r, t)| raw_ks.iter().flat_map(move |&k| (2..=most_stages).rev().map(move |s| (r, t, k, s))));
-    let last = (tiles[tiles.len() - 1], raw_ks[raw_ks.len() - 1]);
+    let candidates = tiles.iter().flat_map(|&(r, t)| {
+        tile_ks.iter().flat_map(move |&k| {
+            raw_ks(k).into_iter().flat_map(move |raw| (2..=most_stages).rev().map(move |s| (r, t, k, raw, s)))
+        })
+    });
+    let (last_tile, last_k) = (tiles[tiles.len() - 1], tile_ks[tile_ks.len() - 1]);
+    let last_raw = raw_ks(last_k).last().copied().unwrap_or(last_k);
     candidates
-        .map(|(r, t, k, s)| tuning(r, t, k, s))
+        .map(|(r, t, k, raw, s)| tuning(r, t, k, raw, s))
         .find(fits)
-        .unwrap_or_else(|| tuning(last.0.0, last.0.1, last.1, 2))
+        .unwrap_or_else(|| tuning(last_tile.0, last_tile.1, last_k, last_raw, 2))
 }
 
 /// Prefill attention's tiles for `op` on `target`: [`WAVES_PER_BLOCK`] waves of 16 query
