@@ -7,6 +7,28 @@ typedef float strata_f4 __attribute__((ext_vector_type(4)));
 typedef u32 strata_u4 __attribute__((ext_vector_type(4)));
 typedef u32 strata_u2 __attribute__((ext_vector_type(2)));
 
+// Copies 16 bytes from global to shared memory (both 16-byte aligned), the first `bytes`
+// of them read and the rest zeroed, as a load and a store, where the prelude has no
+// asynchronous copy (STRATA_COPY_ASYNC): committing and waiting are then nothing. Other
+// threads see the bytes after a barrier.
+#ifndef STRATA_COPY_ASYNC
+STRATA_DEVICE void strata_copy16_async(void* dst, const void* src, u32 bytes) {
+    typedef u32 words __attribute__((ext_vector_type(4)));
+    words v = {0u, 0u, 0u, 0u};
+    if (bytes >= 16u) {
+        v = *(const words*)src;
+    } else {
+#pragma unroll
+        for (u32 i = 0; i < 16u; ++i) {
+            if (i < bytes) v[i / 4u] |= (u32)((const u8*)src)[i] << (8u * (i % 4u));
+        }
+    }
+    *(words*)dst = v;
+}
+STRATA_DEVICE void strata_copy_commit(void) {}
+#define STRATA_COPY_WAIT(n) ((void)(n))
+#endif
+
 // Sum over the wave (butterfly: every lane ends with the total, in the same order).
 STRATA_DEVICE float strata_wave_sum(float v) {
     for (u32 m = STRATA_WAVE / 2; m > 0; m >>= 1) v += strata_shfl_xor(v, m);

@@ -40,7 +40,8 @@ STRATA_DEVICE float strata_rsqrt(float x) { return __nvvm_rsqrt_approx_f(x); }
 // Copies 16 bytes from global to shared memory (both 16-byte aligned) in the background,
 // the first `bytes` of them read and the rest zeroed; strata_copy_commit closes a group
 // of copies, and STRATA_COPY_WAIT(n) waits until at most n of this thread's groups are
-// in flight. Other threads see the bytes after a barrier that follows the wait.
+// in flight. Other threads see the bytes after a barrier that follows the wait. (Without
+// cp.async, as for a gfx1100 kernel run here, common.cuh's synchronous copy serves.)
 {{#if cp_async}}
 STRATA_DEVICE void strata_copy16_async(void* dst, const void* src, u32 bytes) {
     u64 to;
@@ -49,22 +50,7 @@ STRATA_DEVICE void strata_copy16_async(void* dst, const void* src, u32 bytes) {
 }
 STRATA_DEVICE void strata_copy_commit(void) { __asm__ volatile("cp.async.commit_group;" : : : "memory"); }
 #define STRATA_COPY_WAIT(n) __asm__ volatile("cp.async.wait_group %0;" : : "n"(n) : "memory")
-{{else}}
-STRATA_DEVICE void strata_copy16_async(void* dst, const void* src, u32 bytes) {
-    typedef u32 words __attribute__((ext_vector_type(4)));
-    words v = {0u, 0u, 0u, 0u};
-    if (bytes >= 16u) {
-        v = *(const words*)src;
-    } else {
-#pragma unroll
-        for (u32 i = 0; i < 16u; ++i) {
-            if (i < bytes) v[i / 4u] |= (u32)((const u8*)src)[i] << (8u * (i % 4u));
-        }
-    }
-    *(words*)dst = v;
-}
-STRATA_DEVICE void strata_copy_commit(void) {}
-#define STRATA_COPY_WAIT(n) ((void)(n))
+#define STRATA_COPY_ASYNC 1
 {{/if}}
 // A scheduling fence: memory accesses may not move across it, and `v` must be final
 // here. Placed after a group of loads and the arithmetic consuming them, it bounds how

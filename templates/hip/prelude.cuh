@@ -45,24 +45,8 @@ STRATA_DEVICE float strata_exp(float x) { return __builtin_amdgcn_exp2f(x * 1.44
 STRATA_DEVICE float strata_rsqrt(float x) { return __builtin_amdgcn_rsqf(x); }
 // A kernel's dynamic shared memory: one array, sized at launch.
 #define STRATA_DYNAMIC_SHARED(type, name) extern __attribute__((shared)) __attribute__((aligned(16))) type name[]
-// Copies 16 bytes from global to LDS (both 16-byte aligned), the first `bytes` of them read
-// and the rest zeroed. gfx9-gfx11 have no asynchronous copy: it is a load and a store, so
-// committing and waiting are nothing. Other threads see the bytes after a barrier.
-STRATA_DEVICE void strata_copy16_async(void* dst, const void* src, u32 bytes) {
-    typedef u32 words __attribute__((ext_vector_type(4)));
-    words v = {0u, 0u, 0u, 0u};
-    if (bytes >= 16u) {
-        v = *(const words*)src;
-    } else {
-#pragma unroll
-        for (u32 i = 0; i < 16u; ++i) {
-            if (i < bytes) v[i / 4u] |= (u32)((const u8*)src)[i] << (8u * (i % 4u));
-        }
-    }
-    *(words*)dst = v;
-}
-STRATA_DEVICE void strata_copy_commit(void) {}
-#define STRATA_COPY_WAIT(n) ((void)(n))
+// gfx9-gfx11 have no asynchronous copy to LDS: common.cuh's synchronous
+// strata_copy16_async serves.
 // A scheduling fence: memory accesses may not move across it, and `v` must be final
 // here. Placed after a group of loads and the arithmetic consuming them, it bounds how
 // many loaded values are live at once (and so the registers of wide unrolled loops).
