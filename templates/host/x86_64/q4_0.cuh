@@ -3,9 +3,9 @@
 // 18-byte blocks) against T columns, two blocks to a vector. The chunk decoder
 // (strata_decode32_q4_0) spends most of a chunk's instructions moving nibbles through
 // 32-bit words and scaling one chunk's sums at a time; here
-// - nibbles: each block's 16 bytes broadcast into two 128-bit lanes, the second shifted
-//   down 4, so lanes hold weights 0-15, 16-31 of one block, then of the next, the order of
-//   the activations;
+// - nibbles: each pair of blocks' 16 bytes picked by a 16-bit word permute into 128-bit
+//   lanes n0, n0, n1, n1, the second of each shifted down 4, so the lanes hold weights
+//   0-15, 16-31 of one block, then of the next, the order of the activations;
 // - scales: the eight f16 scales picked out of the 144 bytes at once (all are 2-byte
 //   aligned) and converted together;
 // - the -8: the eight blocks' d dx times their quant sums in one fused multiply-add a
