@@ -65,6 +65,14 @@ for spec in "sm_90" "gfx1100 --run-on sm_90"; do
     $sc --pack /tmp/smol.gguf --target $spec --out "$dev/prefill/smol-$1" >/dev/null
 done
 rm -f /tmp/smol.gguf
+# The int8 GEMMs of the nine types with an int8 decoder need rows of whole 16-byte
+# pieces: a 2048-wide pack (67 MiB, made again there by the same command, MIX_Q8 in
+# prefill-packs.sh) holds each at 2048 or 8192 columns (forced: some of its matrices are
+# below the size where the int8 GEMM is chosen by default).
+. scripts/device/prefill-packs.sh
+$sc $MIX_Q8 --out /tmp/mix-q8.gguf >/dev/null
+$sc --pack /tmp/mix-q8.gguf --target sm_90 --int8 always --out "$dev/prefill/mix-q8-sm_90" >/dev/null
+rm -f /tmp/mix-q8.gguf
 # PTX compresses twenty-fold: the artifacts travel as one archive beside the binaries and
 # packs (device-check.sh unpacks it), under the 64 MiB a device call carries.
 tar -cJf "$dev/artifacts.tar.xz" -C "$dev" art art-run checked

@@ -77,6 +77,7 @@ fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
     };
     let gemm_tile = match &spec.tuning {
         Tuning::Gemm(t) => Some(t.tile_tokens),
+        Tuning::GemmQ8(t) => Some(t.tile_tokens),
         _ => None,
     };
     let v = match (name, gemm_tile) {
@@ -100,9 +101,9 @@ fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
 fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha8Rng) -> Result<Vec<u8>, RunError> {
     let b = &spec.buffers[buffer];
     let n = elems as usize;
-    // An int8 GEMV's quantized input: quants and (scale, sum) must agree, so both come
+    // An int8 product's quantized input: quants and (scale, sum) must agree, so both come
     // from the same random activations.
-    if matches!(spec.op, Op::Gemv(_) | Op::ExpertGemv(_)) && (b.name == "xq" || b.name == "xd") {
+    if matches!(spec.op, Op::Gemv(_) | Op::ExpertGemv(_) | Op::Gemm(_)) && (b.name == "xq" || b.name == "xd") {
         let floats = if b.name == "xq" { n } else { n * 16 };
         let x = random::random_floats(&mut ChaCha8Rng::seed_from_u64(0xac71), floats, 1.0);
         let (xq, xd) = crate::backend::cpu::quantize_q8(&x);
@@ -343,9 +344,13 @@ mod tests {
         for target in target::known() {
             let gemm = ops::Gemm { quant: GgmlType::Q4_0, rows: 4096, cols: 4096 };
             let k = rules::kernel(Op::Gemm(gemm), &target);
-            let Tuning::Gemm(t) = &k.tuning else { panic!("{}: {:?}", k.name, k.tuning) };
+            let tile = match &k.tuning {
+                Tuning::Gemm(t) => t.tile_tokens,
+                Tuning::GemmQ8(t) => t.tile_tokens,
+                _ => panic!("{}: {:?}", k.name, k.tuning),
+            };
             let tokens = test_scalar(&k, "tokens");
-            assert!(tokens > t.tile_tokens && !tokens.is_multiple_of(t.tile_tokens), "{}: {tokens}", target.name);
+            assert!(tokens > tile && !tokens.is_multiple_of(tile), "{}: {tokens}", target.name);
             let embed = rules::kernel(Op::Embed(ops::Embed { quant: GgmlType::Q4_0, cols: 64, vocab: 10 }), &target);
             assert_eq!(test_scalar(&embed, "tokens"), 3);
         }

@@ -29,7 +29,7 @@ while read -r name preset types layers; do
         art=.device/bench-$v/$name
         [ -d "$art" ] || continue
         echo "== $name $v"
-        ptxas -arch=sm_90 -v "$art/module.ptx" -o /dev/null 2>&1 | grep -A1 "Compiling entry function '_*gemm" \
+        ptxas -arch=sm_90 -v "$art/module.ptx" -o /dev/null 2>&1 | grep -A4 "Compiling entry function '_*gemm" \
             | grep -o "gemm_[a-z0-9_]*\|Used [0-9]* registers\|[0-9]* bytes spill stores" | paste -sd' ' | sed 's/ gemm_/\ngemm_/g' \
             | sort -u | tee "$out/$name-$v-ptxas.txt"
         if $bin/strata-run selftest --pack "$pack" --artifacts "$art" --ctx 256 >"$out/$name-$v-selftest.txt" 2>&1; then

@@ -2,6 +2,9 @@
 // Maps the few primitives the vendor-neutral kernel bodies use to NVVM builtins.
 // Target {{target}} ({{arch}}), warp size {{wave_size}}.
 #define STRATA_KERNEL(threads) extern "C" __attribute__((global)) __attribute__((launch_bounds(threads)))
+// A kernel of which an SM must hold `blocks` blocks at once: registers within their share.
+#define STRATA_KERNEL_BLOCKS(threads, blocks) \
+    extern "C" __attribute__((global)) __attribute__((launch_bounds(threads, blocks)))
 #define STRATA_DEVICE static __attribute__((device)) __attribute__((always_inline)) inline
 #define STRATA_SHARED __attribute__((shared))
 // Lookup tables live in global memory (read through L1), not in .const: the constant

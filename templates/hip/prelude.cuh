@@ -2,6 +2,9 @@
 // Maps the few primitives the vendor-neutral kernel bodies use to AMDGPU builtins.
 // Target {{target}} ({{arch}}), wave size {{wave_size}}.
 #define STRATA_KERNEL(threads) extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, threads)))
+// Blocks a CU must hold at once: the CUDA prelude's launch bounds; nothing here yet (no
+// AMD kernel asks for more than one).
+#define STRATA_KERNEL_BLOCKS(threads, blocks) STRATA_KERNEL(threads)
 #define STRATA_DEVICE static __attribute__((device)) __attribute__((always_inline)) inline
 #define STRATA_SHARED __attribute__((shared))
 #define STRATA_TABLE static __attribute__((device)) const

@@ -29,3 +29,19 @@ STRATA_DEVICE void strata_mma16(float* acc, const u16* a, u32 lda, const u16* b,
 // The tile row and column that acc[i] of `lane` holds.
 STRATA_DEVICE u32 strata_mma_row(u32 lane, u32 i) { return lane / 4u + 8u * ((i / 2u) % 2u); }
 STRATA_DEVICE u32 strata_mma_col(u32 lane, u32 i) { return 8u * (i / 4u) + 2u * (lane % 4u) + i % 2u; }
+// Int8 (s8 x s8, s32 accumulate), one 16x8 tile: k = 32 (m16n8k32) or k = 16
+// (m16n8k16). Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k32" / "m16n8k16",
+// .s8), four consecutive k in a register, the lowest in its low byte:
+//   A (row): {A[g][4q..4q+3], A[g+8][4q..4q+3], A[g][16+4q..], A[g+8][16+4q..]} (k16: the first two)
+//   B (col): {B[4q..4q+3][g], B[16+4q..16+4q+3][g]} (k16: the first)
+//   C: c[0..1] = C[g][2q..2q+1], c[2..3] = C[g+8][2q..2q+1]
+STRATA_DEVICE void strata_mma_i8_k32(i32* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    __asm__("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+STRATA_DEVICE void strata_mma_i8_k16(i32* c, u32 a0, u32 a1, u32 b0) {
+    __asm__("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a0), "r"(a1), "r"(b0));
+}

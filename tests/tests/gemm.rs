@@ -7,7 +7,7 @@ use strata_compiler::artifacts::launch_disagreements;
 use strata_compiler::build::{self, Resources};
 use strata_compiler::emit::{self, Dialect};
 use strata_compiler::ops::{self, Op};
-use strata_compiler::plan::{KernelRecord, Options, Plan, Tuning, rules};
+use strata_compiler::plan::{Int8Dot, KernelRecord, Options, Plan, Tuning, rules};
 use strata_compiler::quant::{GgmlType, SUPPORTED};
 use strata_compiler::target::{self, Target, Vendor};
 use strata_tests::toolchain;
@@ -54,15 +54,25 @@ fn build_checked(plan: &Plan, target: &Target, dialect: Dialect, device: &Target
 #[test]
 fn every_types_gemm_compiles_for_every_target_without_spills() {
     for target in target::known() {
-        // --checked builds (every access tested) on one target per matrix unit.
+        // --checked builds (every access tested) on one target per matrix unit; the int8
+        // GEMM of every type that has one where the target does (`--int8 always`: the
+        // test matrices are below the size where it is chosen by default), and sm_90's
+        // f16 GEMMs of those types too (`--int8 never`).
         let checked_too = ["sm_90", "gfx1100", "gfx90a", "gfx1030"].contains(&target.name.as_str());
-        for checked in [false, true].into_iter().filter(|c| !c || checked_too) {
-            let plan = gemm_plan(&target, &Options { checked, ..Options::default() });
+        let int8 = if target.name == "sm_90" { &[Int8Dot::Always, Int8Dot::Never][..] } else { &[Int8Dot::Always][..] };
+        for (checked, &int8) in
+            [false, true].into_iter().filter(|c| !c || checked_too).flat_map(|c| int8.iter().map(move |i| (c, i)))
+        {
+            let plan = gemm_plan(&target, &Options { checked, int8, ..Options::default() });
             for (k, r) in build_checked(&plan, &target, Dialect::native(&target), &target) {
-                let Tuning::Gemm(t) = &k.tuning else { panic!("{}: {:?}", k.name, k.tuning) };
-                assert_eq!(t.unit, rules::matrix_unit(&target), "{}", k.name);
+                let unit = match &k.tuning {
+                    Tuning::Gemm(t) => t.unit,
+                    Tuning::GemmQ8(t) => t.unit,
+                    _ => panic!("{}: {:?}", k.name, k.tuning),
+                };
+                assert_eq!(unit, rules::matrix_unit(&target), "{}", k.name);
                 if k.name == "gemm_q4_0_4096x14336" && !checked {
-                    eprintln!("{} {}: {:?} {} threads, {r:?}", target.name, k.name, t, k.launch.threads);
+                    eprintln!("{} {}: {:?} {} threads, {r:?}", target.name, k.name, k.tuning, k.launch.threads);
                 }
             }
         }
@@ -90,15 +100,17 @@ fn wave32_amd_gemms_compile_in_the_cuda_dialect() {
 }
 
 /// The generated GEMM kernel text per matrix unit: mma.sync (sm_90), WMMA (gfx1100),
-/// MFMA (gfx90a) and none (gfx1030), a K-quant and a legacy type, a matrix that fills
-/// whole tiles and one that does not.
+/// MFMA (gfx90a) and none (gfx1030), a K-quant, a legacy type and an i-quant (on sm_90
+/// the int8 GEMM's three decoder forms: offset, plain, half scales with a lookup grid),
+/// a matrix that fills whole tiles and one that does not.
 #[test]
 fn gemm_kernel_snapshots() {
     for name in ["sm_90", "gfx1100", "gfx90a", "gfx1030"] {
         let target = Target::load(name).expect("known");
-        let ops: [Op; 2] = [
+        let ops: [Op; 3] = [
             ops::Gemm { quant: GgmlType::Q4_0, rows: 4096, cols: 14_336 }.into(),
             ops::Gemm { quant: GgmlType::Q4_K, rows: 1000, cols: 512 }.into(),
+            ops::Gemm { quant: GgmlType::IQ2_XS, rows: 4096, cols: 4096 }.into(),
         ];
         let kernels = ops.into_iter().map(|op| rules::kernel(op, &target)).collect();
         let plan = Plan { target: target.name.clone(), options: Options::default(), kernels };
@@ -129,12 +141,14 @@ fn gemm_tiles_fit_every_target() {
         // The largest tile that fits, whatever the matrix (measured: docs/PERFORMANCE.md).
         let tile = |k: &KernelRecord| match &k.tuning {
             Tuning::Gemm(t) => [t.tile_rows, t.tile_tokens],
+            Tuning::GemmQ8(t) => [t.tile_rows, t.tile_tokens],
             _ => [0, 0],
         };
         assert_eq!((tile(&small), tile(&big)), ([128, 128], [128, 128]), "{}", target.name);
         let super_blocks = rules::kernel(ops::Gemm { quant: GgmlType::Q6_K, rows: 4096, cols: 4096 }.into(), &target);
         let stages = |k: &KernelRecord| match &k.tuning {
             Tuning::Gemm(t) => (t.raw_k, t.raw_stages),
+            Tuning::GemmQ8(t) => (t.raw_k, t.raw_stages),
             _ => (0, 0),
         };
         let most = if target.features.cp_async { 3 } else { 2 };
@@ -143,7 +157,11 @@ fn gemm_tiles_fit_every_target() {
             assert!(raw_k >= fewest_features && (2..=most).contains(&raw_stages), "{} {}", target.name, k.name);
         }
         if target.name == "sm_90" {
-            assert_eq!((stages(&big), stages(&super_blocks)), ((256, 3), (256, 3)));
+            // The int8 GEMM (both types have an int8 decoder): Q4_0 in two stages of 256
+            // features, so that two blocks fit an SM; Q6_K's 210-byte blocks fit one.
+            assert!(matches!(big.tuning, Tuning::GemmQ8(_)), "{:?}", big.tuning);
+            assert_eq!((stages(&big), stages(&super_blocks)), ((256, 2), (256, 3)));
+            assert!(2 * big.launch.shared_bytes <= target.device.shared_limit(true));
         }
         let nvidia = target.vendor == Vendor::Nvidia;
         assert_eq!(nvidia, rules::matrix_unit(&target) == strata_compiler::plan::MatrixUnit::MmaSync);

@@ -60,7 +60,8 @@ struct CompileArgs {
     run_on: Option<String>,
     /// Int8-dot GEMVs (input quantized to int8, integer dot products): `auto` where the
     /// matrix is large enough to be bound by its weight reads, `always` wherever the
-    /// target and quant type allow, `never`.
+    /// target and quant type allow, `never` (GEMMs too: `auto` and `always` give the int8
+    /// GEMM wherever the target and type allow it).
     #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<Int8Dot>())]
     int8: Int8Dot,
     /// Rows each wave of an int8 GEMV decodes together, instead of the rule's (tuning
@@ -79,6 +80,14 @@ struct CompileArgs {
     /// NVIDIA where it fits, else 32) (tuning sweeps).
     #[arg(long, value_name = "FEATURES", value_parser = clap::value_parser!(u32).range(32..=256))]
     gemm_k: Option<u32>,
+    /// Tokens of an int8 GEMM's wave tile (a multiple of 8) instead of the rule's 32
+    /// (tuning sweeps).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(8..=64))]
+    gemm_wave_tokens: Option<u32>,
+    /// Blocks of an int8 GEMM an SM must hold at once (its launch bounds, which cap the
+    /// registers) instead of the rule's (tuning sweeps).
+    #[arg(long, value_name = "BLOCKS", value_parser = clap::value_parser!(u32).range(1..=4))]
+    gemm_blocks: Option<u32>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention): prompts are then read in verify-window passes.
     #[arg(long)]
@@ -278,6 +287,9 @@ fn compile(args: CompileArgs) -> Result<()> {
         qsa_block: args.qsa_block,
         gemm_tile: args.gemm_tile,
         gemm_k: args.gemm_k,
+        int8_gemm: true,
+        gemm_wave_tokens: args.gemm_wave_tokens,
+        gemm_blocks: args.gemm_blocks,
         prefill: !args.no_prefill,
     };
     let request = Request {

@@ -301,6 +301,11 @@ impl Walk<'_, '_> {
         for ((w, m, y), int8) in products.iter().zip(int8) {
             let op = self.product(*m, window);
             match (int8, &op) {
+                (true, Op::Gemm(_)) => self.launch(
+                    op,
+                    &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y)],
+                    &[("tokens", Value::Count(window))],
+                ),
                 (true, _) => self.launch(op, &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y)], &[]),
                 (false, Op::Gemm(_)) => {
                     self.launch(op, &[("w", *w), ("x", x), ("y", *y)], &[("tokens", Value::Count(window))])

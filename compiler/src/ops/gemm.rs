@@ -1,15 +1,18 @@
 //! `gemm`: a quantized matrix times the columns of a prompt chunk (or any window wider
-//! than the GEMV's), on the target's matrix unit: tiles of weights dequantized to f16
-//! and tiles of the input converted to f16 in shared memory, multiplied by
-//! `strata_mma16` (`templates/matrix/<unit>.cuh`) with f32 accumulators. The raw weight
-//! blocks are staged in shared memory a few steps ahead of their decode.
+//! than the GEMV's), on the target's matrix unit, by one of two templates as the rules
+//! decide: `gemm_q8` ([`rules::gemm_q8`]) multiplies int8 tiles of decoded weights with
+//! the input quantized to int8 (`quantize_q8`, as the int8 GEMV reads it) and scales
+//! each chunk's integer products into f32; `gemm` ([`rules::gemm`]) multiplies tiles
+//! of weights dequantized to f16 with the input converted to f16 (`strata_mma16`,
+//! `templates/matrix/<unit>.cuh`). Both stage the raw weight blocks in shared memory a
+//! few steps ahead of their decode.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch_dynamic, per, scalar};
 use crate::plan::rules::{self, MAX_TOKENS};
-use crate::plan::{Dim, Elem, Extent, GemmTuning, KernelRecord, Options, Tuning};
+use crate::plan::{Dim, Elem, Extent, GemmQ8Tuning, GemmTuning, KernelRecord, Options, Tuning};
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -52,6 +55,18 @@ impl Gemm {
     pub fn wave_tile(wave_size: u32) -> (u32, u32) {
         (64, wave_size)
     }
+
+    /// Shared bytes of an int8 GEMM's tuning, in the template's order: two int8 weight
+    /// tiles and their (scale, offset, half scales) per (row, chunk), `x_stages` int8
+    /// input tiles and their (scale, sum) per (token, chunk), the raw weights' stages and
+    /// the lookup grid. Rows are padded by `pad` bytes; every part stays 16-byte aligned.
+    pub fn q8_shared_bytes(quant: GgmlType, t: &GemmQ8Tuning) -> u32 {
+        let (stride, chunks) = (t.tile_k + t.pad, t.tile_k / 32);
+        STAGES * t.tile_rows * (stride + chunks * 16)
+            + t.x_stages * t.tile_tokens * (stride + chunks * 8)
+            + t.raw_stages * t.tile_rows * Gemm::raw_slot(quant, t.raw_k)
+            + t.table_bytes
+    }
 }
 
 impl KernelOp for Gemm {
@@ -62,86 +77,166 @@ impl KernelOp for Gemm {
 
     fn record(&self, target: &Target, options: &Options) -> Parts {
         let Gemm { quant, rows, cols } = *self;
-        let t = rules::gemm(target, options, quant, cols);
         let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
-        let grid = [
-            Dim::Fixed(rows.div_ceil(t.tile_rows)),
-            Dim::Runtime { arg: "tokens".into(), per_block: t.tile_tokens },
-            Dim::Fixed(1),
-        ];
+        let grid = |tile_rows: u32, tile_tokens: u32| {
+            [
+                Dim::Fixed(rows.div_ceil(tile_rows)),
+                Dim::Runtime { arg: "tokens".into(), per_block: tile_tokens },
+                Dim::Fixed(1),
+            ]
+        };
+        let threads = |waves: u32| waves * target.device.wave_size;
+        let w = buffer("w", Elem::U8, fixed_len(u64::from(rows) * row_bytes), false);
+        let y = buffer("y", Elem::F32, per("tokens", rows), true);
+        let scalars = vec![scalar("tokens", MAX_TOKENS)];
+        if let Some(t) = rules::gemm_q8(target, options, quant, rows, cols) {
+            let shared = Gemm::q8_shared_bytes(quant, &t);
+            return Parts {
+                launch: launch_dynamic(target, grid(t.tile_rows, t.tile_tokens), threads(t.waves), shared),
+                tuning: Tuning::GemmQ8(t),
+                buffers: vec![
+                    w,
+                    buffer("xq", Elem::U8, per("tokens", cols), false),
+                    buffer("xd", Elem::F32, per("tokens", cols / 16), false),
+                    y,
+                ],
+                scalars,
+            };
+        }
+        let t = rules::gemm(target, options, quant, cols);
+        let shared = Gemm::shared_bytes(quant, &t);
         Parts {
-            launch: launch_dynamic(target, grid, t.waves * target.device.wave_size, Gemm::shared_bytes(quant, &t)),
+            launch: launch_dynamic(target, grid(t.tile_rows, t.tile_tokens), threads(t.waves), shared),
             tuning: Tuning::Gemm(t),
-            buffers: vec![
-                buffer("w", Elem::U8, fixed_len(u64::from(rows) * row_bytes), false),
-                buffer("x", Elem::F32, per("tokens", cols), false),
-                buffer("y", Elem::F32, per("tokens", rows), true),
-            ],
-            scalars: vec![scalar("tokens", MAX_TOKENS)],
+            buffers: vec![w, buffer("x", Elem::F32, per("tokens", cols), false), y],
+            scalars,
         }
     }
 
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let Gemm { quant, rows, cols } = *self;
-        let Tuning::Gemm(t) = &k.tuning else {
-            c.tuning_missing("a GEMM needs its tiles");
-            return;
+        // The parts both paths share: (tile rows, tile tokens, step, raw super-step, raw
+        // stages, waves), and the input's buffers with floats (or bytes) a token.
+        let (tiles, inputs) = match &k.tuning {
+            Tuning::Gemm(t) => {
+                let shared = Gemm::shared_bytes(quant, t);
+                if shared != k.launch.shared_bytes || !k.launch.dynamic_shared {
+                    c.shared(shared, "the weight and input tiles and the raw weights' stages (dynamic)".into());
+                }
+                if !(t.tile_k + t.pad).is_multiple_of(8) {
+                    let stride = t.tile_k + t.pad;
+                    c.fail(
+                        "the staged row stride",
+                        format!("{stride} halves"),
+                        "16-byte rows (a multiple of 8)".into(),
+                    );
+                }
+                if t.raw_stages < 2 {
+                    c.fail("the raw weights' stages", t.raw_stages.to_string(), "2 at least".into());
+                }
+                let wave = Gemm::wave_tile(k.launch.wave_size);
+                ((t.tile_rows, t.tile_tokens, t.tile_k, t.raw_k, t.waves, wave), vec![("x", cols)])
+            }
+            Tuning::GemmQ8(t) => {
+                let shared = Gemm::q8_shared_bytes(quant, t);
+                if shared != k.launch.shared_bytes || !k.launch.dynamic_shared {
+                    c.shared(
+                        shared,
+                        "the int8 tiles, their scales, the raw weights' stages and the grid (dynamic)".into(),
+                    );
+                }
+                let table = rules::lookup_table(quant).map_or(0, |(_, elem, len)| elem * len);
+                if t.table_bytes != table {
+                    c.fail("the staged lookup grid", format!("{} bytes", t.table_bytes), format!("{table} bytes"));
+                }
+                if !t.pad.is_multiple_of(16) || !t.tile_k.is_multiple_of(64) {
+                    c.fail(
+                        "the int8 tiles' rows",
+                        format!("{} features, {} bytes of padding", t.tile_k, t.pad),
+                        "whole 64-feature steps in 16-byte rows".into(),
+                    );
+                }
+                let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(1);
+                if !row_bytes.is_multiple_of(16) {
+                    c.fail("the row length", format!("{row_bytes} bytes"), "whole 16-byte pieces".into());
+                }
+                // A copy issued at step s is waited for at the end of step s + 1: the raw
+                // weights must be needed two steps later at the earliest, and the input
+                // ring must hold the tile multiplied, the one landed and the one in flight.
+                let ahead = (t.raw_stages.saturating_sub(1)) * (t.raw_k / t.tile_k.max(1));
+                if ahead < 2 || t.x_stages < 3 {
+                    c.fail(
+                        "the copies in flight",
+                        format!("raw weights {ahead} steps ahead, {} input stages", t.x_stages),
+                        "raw weights 2 steps ahead at least, 3 input stages".into(),
+                    );
+                }
+                if !t.wave_tokens.is_multiple_of(8) || t.wave_tokens == 0 || t.min_blocks == 0 {
+                    c.fail(
+                        "the wave tile and blocks an SM",
+                        format!("{} tokens a wave, {} blocks", t.wave_tokens, t.min_blocks),
+                        "whole 16x8 tiles, one block at least".into(),
+                    );
+                }
+                let wave = (Gemm::wave_tile(k.launch.wave_size).0, t.wave_tokens.max(8));
+                ((t.tile_rows, t.tile_tokens, t.tile_k, t.raw_k, t.waves, wave), vec![("xq", cols), ("xd", cols / 16)])
+            }
+            _ => {
+                c.tuning_missing("a GEMM needs its tiles");
+                return;
+            }
         };
-        let shared = Gemm::shared_bytes(quant, t);
-        if shared != k.launch.shared_bytes || !k.launch.dynamic_shared {
-            c.shared(shared, "the weight and input tiles and the raw weights' stages (dynamic)".into());
-        }
-        let whole_blocks = t.raw_k.is_multiple_of(t.tile_k.max(1))
-            && u64::from(t.raw_k).is_multiple_of(quant.block_len().max(1) as u64)
-            && cols.is_multiple_of(t.raw_k.max(1));
-        if !whole_blocks || t.raw_stages < 2 {
+        let (tile_rows, tile_tokens, tile_k, raw_k, waves, (wave_rows, wave_tokens)) = tiles;
+        let whole_blocks = raw_k.is_multiple_of(tile_k.max(1))
+            && u64::from(raw_k).is_multiple_of(quant.block_len().max(1) as u64)
+            && cols.is_multiple_of(raw_k.max(1));
+        if !whole_blocks {
             c.fail(
                 "the raw weights' super-steps",
-                format!("{} features, {} stages", t.raw_k, t.raw_stages),
-                format!("whole {} blocks, whole steps, dividing {cols} columns; 2 stages at least", quant.name()),
+                format!("{raw_k} features"),
+                format!("whole {} blocks, whole steps, dividing {cols} columns", quant.name()),
             );
         }
-        for (what, n) in [("tile rows", t.tile_rows), ("tile tokens", t.tile_tokens)] {
+        for (what, n) in [("tile rows", tile_rows), ("tile tokens", tile_tokens)] {
             if n == 0 || !n.is_multiple_of(16) {
                 c.fail(what, n.to_string(), "tiles are whole 16x16 matrix-unit tiles".into());
             }
         }
-        if t.tile_k == 0 || !t.tile_k.is_multiple_of(32) || !cols.is_multiple_of(t.tile_k) {
+        if tile_k == 0 || !tile_k.is_multiple_of(32) || !cols.is_multiple_of(tile_k) {
             c.fail(
                 "the features of a step",
-                t.tile_k.to_string(),
+                tile_k.to_string(),
                 format!("whole 32-chunks dividing the {cols} columns"),
             );
         }
-        if !(t.tile_k + t.pad).is_multiple_of(8) {
-            let stride = t.tile_k + t.pad;
-            c.fail("the staged row stride", format!("{stride} halves"), "16-byte rows (a multiple of 8)".into());
-        }
-        let (wave_rows, wave_tokens) = Gemm::wave_tile(k.launch.wave_size);
-        let tiled = t.tile_rows.is_multiple_of(wave_rows) && t.tile_tokens.is_multiple_of(wave_tokens);
-        let waves = (t.tile_rows / wave_rows) * (t.tile_tokens / wave_tokens);
-        if !tiled || t.waves != waves || k.launch.waves != waves {
+        let tiled = tile_rows.is_multiple_of(wave_rows) && tile_tokens.is_multiple_of(wave_tokens);
+        let wanted = (tile_rows / wave_rows) * (tile_tokens / wave_tokens);
+        if !tiled || waves != wanted || k.launch.waves != wanted {
             c.fail(
                 "waves per block",
-                format!("{} (launch {})", t.waves, k.launch.waves),
-                format!("{}x{} tiles in {wave_rows}x{wave_tokens} per wave", t.tile_rows, t.tile_tokens),
+                format!("{waves} (launch {})", k.launch.waves),
+                format!("{tile_rows}x{tile_tokens} tiles in {wave_rows}x{wave_tokens} per wave"),
             );
         }
-        if c.grid_x().saturating_mul(u64::from(t.tile_rows)) < u64::from(rows) {
+        if c.grid_x().saturating_mul(u64::from(tile_rows)) < u64::from(rows) {
             c.fail("rows covered by the grid", c.grid_x().to_string(), format!("the matrix has {rows}"));
         }
         let per_block = match &k.launch.grid[1] {
             Dim::Runtime { arg, per_block } if arg == "tokens" => *per_block,
             _ => 0,
         };
-        if per_block != t.tile_tokens {
-            c.fail("tokens per block of grid y", per_block.to_string(), format!("tiles of {} tokens", t.tile_tokens));
+        if per_block != tile_tokens {
+            c.fail("tokens per block of grid y", per_block.to_string(), format!("tiles of {tile_tokens} tokens"));
         }
-        for (name, per_row) in [("x", cols), ("y", rows)] {
+        for (name, per_row) in inputs.into_iter().chain([("y", rows)]) {
             let extent = k.buffers.iter().find(|b| b.name == name).map(|b| &b.extent);
             let ok = matches!(extent, Some(Extent::PerArg { arg, per_row: n }) if arg == "tokens" && *n == u64::from(per_row));
             if !ok {
-                c.fail(&format!("the extent of {name}"), format!("{extent:?}"), format!("{per_row} floats per token"));
+                c.fail(
+                    &format!("the extent of {name}"),
+                    format!("{extent:?}"),
+                    format!("{per_row} elements per token"),
+                );
             }
         }
         let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(u64::MAX);
@@ -159,6 +254,9 @@ impl KernelOp for Gemm {
 
     fn context(&self, k: &KernelRecord, target: &Target) -> Value {
         let Gemm { quant, rows, cols } = *self;
+        if let Tuning::GemmQ8(t) = &k.tuning {
+            return q8_context(k, quant, rows, cols, t);
+        }
         let Tuning::Gemm(t) = &k.tuning else { return json!({}) };
         let threads = k.launch.threads.max(1);
         let (wave_rows, wave_tokens) = Gemm::wave_tile(k.launch.wave_size);
@@ -190,5 +288,79 @@ impl KernelOp for Gemm {
 
     fn uses_matrix_unit(&self) -> bool {
         true
+    }
+
+    fn template(&self, k: &KernelRecord) -> Option<&'static str> {
+        matches!(k.tuning, Tuning::GemmQ8(_)).then_some("gemm_q8")
+    }
+}
+
+/// What a type's int8 decoder (`strata_decode32_<type>`, `templates/quant/`) leaves for
+/// the int8 GEMM's scaling, as (offset, halves): whether its offset `b` (times the
+/// input chunk's sum) can be nonzero, and whether its two 16-element halves have
+/// scales of their own (`s0`, `s1`: two k = 16 products a chunk instead of one k = 32).
+pub fn q8_decoder_terms(quant: GgmlType) -> (bool, bool) {
+    use GgmlType::*;
+    (matches!(quant, Q4_0 | Q4_1 | Q4_K), matches!(quant, Q6_K | IQ1_M | IQ2_XS))
+}
+
+/// The int8 template's context (see `templates/ops/gemm_q8.cu.hbs`).
+fn q8_context(k: &KernelRecord, quant: GgmlType, rows: u32, cols: u32, t: &GemmQ8Tuning) -> Value {
+    let threads = k.launch.threads.max(1);
+    let (wave_rows, wave_tokens) = (Gemm::wave_tile(k.launch.wave_size).0, t.wave_tokens.max(8));
+    let chunks = t.tile_k / 32;
+    let w_tasks = t.tile_rows * chunks;
+    // A token's copies of a step: its quants in 16-byte pieces, then its (scale, sum)
+    // pairs, two chunks a piece.
+    let (x_pieces, d_pieces) = (t.tile_k / 16, t.tile_k / 64);
+    let x_tasks = t.tile_tokens * (x_pieces + d_pieces);
+    let raw_slot = Gemm::raw_slot(quant, t.raw_k);
+    let raw_tasks = t.tile_rows * (raw_slot / 16);
+    let table = rules::lookup_table(quant);
+    let (offset, halves) = q8_decoder_terms(quant);
+    let shape = json!({
+        "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(), "unit": t.unit.name(),
+        "rows": rows, "cols": cols, "row_bytes": quant.row_bytes(u64::from(cols)).unwrap_or(0),
+        "w_len": fixed(k, "w"), "offset": offset, "halves": halves,
+        "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
+        "tile_rows": t.tile_rows, "tile_tokens": t.tile_tokens, "tile_k": t.tile_k, "chunks": chunks,
+        "stride": t.tile_k + t.pad, "steps": cols / t.tile_k.max(64), "chunks_per_row": cols / 32,
+    });
+    let staging = json!({
+        "raw_stages": t.raw_stages, "raw_steps": cols / t.raw_k.max(64), "per_raw": t.raw_k / t.tile_k.max(64),
+        "raw_span": u64::from(t.raw_k) / quant.block_len().max(1) as u64 * quant.block_bytes() as u64,
+        "raw_slot": raw_slot, "raw_pieces": raw_slot / 16, "raw_tasks": raw_tasks,
+        "raw_per_thread": raw_tasks.div_ceil(threads), "raw_ragged": !raw_tasks.is_multiple_of(threads),
+        "x_stages": t.x_stages, "x_pieces": x_pieces, "d_pieces": d_pieces, "x_tasks": x_tasks,
+        "x_per_thread": x_tasks.div_ceil(threads), "x_ragged": !x_tasks.is_multiple_of(threads),
+        "w_tasks": w_tasks, "w_per_thread": w_tasks.div_ceil(threads), "w_ragged": !w_tasks.is_multiple_of(threads),
+        "wave_rows": wave_rows, "wave_tokens": wave_tokens, "waves_t": (t.tile_tokens / wave_tokens).max(1),
+        "wm": wave_rows / 16, "wn": wave_tokens / 8, "min_blocks": t.min_blocks,
+        "table": table.map(|(name, _, _)| name),
+        "table_type": table.map(|(_, bytes, _)| if bytes == 8 { "u64" } else { "u32" }),
+        "table_len": table.map(|(_, _, n)| n),
+    });
+    super::merge(shape, staging)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::q8_decoder_terms;
+    use crate::plan::rules::INT8_DOT;
+
+    /// The terms the int8 GEMM assumes of each decoder are the ones its source sets: an
+    /// offset unless it writes `c.b = 0.0f`, half scales unless it writes `c.s0 = c.s1`.
+    /// A wrong guess would drop a term (or multiply by an unset scale) on the device only.
+    #[test]
+    fn decoder_terms_are_the_decoders_own() {
+        for quant in INT8_DOT {
+            let name = quant.name().to_ascii_lowercase();
+            let path = format!("{}/../templates/quant/{name}.cuh", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).expect("the type's template");
+            let start = text.find(&format!("strata_decode32_{name}(")).expect("an int8 decoder");
+            let body = &text[start..start + text[start..].find("return c;").expect("returns c")];
+            let (offset, halves) = (!body.contains("c.b = 0.0f;"), !body.contains("c.s0 = c.s1"));
+            assert_eq!(q8_decoder_terms(quant), (offset, halves), "{name}");
+        }
     }
 }

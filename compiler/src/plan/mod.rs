@@ -53,6 +53,18 @@ pub struct Options {
     /// Input features of every GEMM's step instead of the rule's (for tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_k: Option<u32>,
+    /// Whether GEMMs may take the int8 path ([`rules::gemm_q8`]) where `int8` allows it:
+    /// the host's plan keeps the float-input GEMM record, whose kernel quantizes its
+    /// columns itself.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub int8_gemm: bool,
+    /// Tokens of an int8 GEMM's wave tile instead of the rule's (tuning sweeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_wave_tokens: Option<u32>,
+    /// Blocks of an int8 GEMM an SM must hold at once (the launch bounds' minimum, which
+    /// caps its registers) instead of the rule's (tuning sweeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_blocks: Option<u32>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack; without them prompts are read in verify-window passes.
     #[serde(default)]
@@ -70,12 +82,24 @@ impl Default for Options {
             qsa_block: None,
             gemm_tile: None,
             gemm_k: None,
+            int8_gemm: true,
+            gemm_wave_tokens: None,
+            gemm_blocks: None,
             prefill: true,
         }
     }
 }
 
-/// Which GEMVs quantize their input to int8 and use integer dot products.
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+/// Which GEMVs (and, unless `Never`, GEMMs: [`rules::gemm_q8`]) quantize their input to
+/// int8 and use integer dot products.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Int8Dot {
@@ -307,6 +331,42 @@ pub struct GemmTuning {
     pub raw_stages: u32,
 }
 
+/// Tiles of an int8 [`Op::Gemm`] (see [`rules::gemm_q8`]): the input arrives quantized
+/// (int8 per 32-element chunk with its scale and sum, as `quantize_q8` writes it); the
+/// weights are decoded to int8 tiles with a scale and offset per (row, chunk), multiplied
+/// on the matrix unit's int8 instructions and scaled into f32 accumulators chunk by chunk.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemmQ8Tuning {
+    /// The matrix instructions.
+    pub unit: MatrixUnit,
+    /// Waves per block.
+    pub waves: u32,
+    /// Weight rows per block (a multiple of 16).
+    pub tile_rows: u32,
+    /// Input columns (tokens) per block (a multiple of 16).
+    pub tile_tokens: u32,
+    /// Input features per step (a multiple of 64: one 16-byte copy covers a token's
+    /// (scale, sum) pairs of a step).
+    pub tile_k: u32,
+    /// Bytes padding each staged int8 row (spreads a fragment's rows over the banks).
+    pub pad: u32,
+    /// Tokens of a wave's tile (a multiple of 8; its rows are 64): the wave's 16x8
+    /// tiles share each loaded weight fragment across this many tokens.
+    pub wave_tokens: u32,
+    /// Blocks an SM must hold at once (the kernel's launch bounds): the compiler keeps
+    /// the registers within their share.
+    pub min_blocks: u32,
+    /// Input features of a staged super-step of raw weights (as [`GemmTuning::raw_k`]).
+    pub raw_k: u32,
+    /// Super-steps of raw weights in shared memory.
+    pub raw_stages: u32,
+    /// Steps of quantized input in shared memory: step s + 1's copies are in flight
+    /// while step s - 1 is multiplied.
+    pub x_stages: u32,
+    /// Bytes of the type's lookup grid, staged in shared memory once per block (0: none).
+    pub table_bytes: u32,
+}
+
 /// Tiles of [`Op::AttentionPrefill`] (see [`rules::attention_prefill`]): a block takes
 /// one KV head and `block_tokens` tokens, whose (token, query head of the group) pairs are
 /// its query rows, 16 a wave; it walks the keys `key_tile` positions at a time, staged in
@@ -385,6 +445,9 @@ pub enum Tuning {
     GemvQ8(GemvQ8Tuning),
     /// Attention's split of the KV positions.
     Attention(AttentionTuning),
+    /// An int8 GEMM's tiles (before [`Tuning::Gemm`]: untagged, the first variant whose
+    /// fields all match is taken, and only this one has `x_stages`).
+    GemmQ8(GemmQ8Tuning),
     /// A GEMM's tiles.
     Gemm(GemmTuning),
     /// Prefill attention's query and key tiles.
@@ -548,9 +611,8 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     let q8_cols: std::collections::BTreeSet<u32> = kernels
         .iter()
         .filter_map(|k| match (&k.op, &k.tuning) {
-            (Op::Gemv(ops::Gemv { cols, .. }) | Op::ExpertGemv(ops::ExpertGemv { cols, .. }), Tuning::GemvQ8(_)) => {
-                Some(*cols)
-            }
+            (Op::Gemv(ops::Gemv { cols, .. }) | Op::ExpertGemv(ops::ExpertGemv { cols, .. }), Tuning::GemvQ8(_))
+            | (Op::Gemm(ops::Gemm { cols, .. }), Tuning::GemmQ8(_)) => Some(*cols),
             _ => None,
         })
         .collect();

@@ -6,8 +6,8 @@
 //! be good.
 
 use super::{
-    AttentionPrefillTuning, AttentionTuning, GemmTuning, GemvQ8Tuning, GemvTuning, Int8Dot, KernelRecord, MAX_WINDOW,
-    MatrixUnit, Options,
+    AttentionPrefillTuning, AttentionTuning, GemmQ8Tuning, GemmTuning, GemvQ8Tuning, GemvTuning, Int8Dot, KernelRecord,
+    MAX_WINDOW, MatrixUnit, Options,
 };
 use crate::ops::{AttentionPrefill, Op};
 use crate::quant::GgmlType;
@@ -223,6 +223,78 @@ pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> G
         .map(|(r, t, k, raw, s)| tuning(r, t, k, raw, s))
         .find(fits)
         .unwrap_or_else(|| tuning(last_tile.0, last_tile.1, last_k, last_raw, 2))
+}
+
+/// The int8 GEMM's tiles for `rows × cols` of `quant` on `target`, where it takes that
+/// path: a target whose matrix unit is `mma.sync` (int8 m16n8k32), a type with an int8
+/// decoder ([`INT8_DOT`]), rows of whole 16-byte pieces (the decoders' aligned loads see
+/// a staged super-step where the row's own alignment puts it) of whole 64-feature steps,
+/// and `options.int8_gemm`; by default (`Int8Dot::Auto`) only where the GEMV of the same
+/// matrix takes the int8 path by its size ([`INT8_MIN_BYTES`]), so a model whose products
+/// stay float in decode reads its prompts in float too (int8 activations changed the
+/// greedy answer of SmolLM2-135M's chat test; its matrices are below the size). The weights decode once per block tile to one byte
+/// an element instead of an f16 pair's half, and the input is quantized once per chunk
+/// of tokens, not converted per block. Wave tiles and block tiles are the f16 GEMM's
+/// (128x128: eight waves of 64x32); a step is 64 features (two chunks, whose (scale,
+/// sum) pairs are one 16-byte copy a token); raw super-steps are tried from 256 down to
+/// 64 features and three stages before two (at least two steps between a copy and its
+/// decode: one wait a step covers the input and the weights), first where two blocks
+/// fit an SM's shared memory (the opt-in limit is one block's share of it), else where
+/// one does; then the smaller tiles the same way. Where none fits, the f16 GEMM.
+pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, cols: u32) -> Option<GemmQ8Tuning> {
+    let d = &target.device;
+    let row_bytes = quant.row_bytes(u64::from(cols))?;
+    let tile_k = options.gemm_k.unwrap_or(64);
+    let wanted = match options.int8 {
+        Int8Dot::Auto => u64::from(rows) * row_bytes >= INT8_MIN_BYTES,
+        Int8Dot::Always => true,
+        Int8Dot::Never => false,
+    };
+    let usable = wanted
+        && options.int8_gemm
+        && matrix_unit(target) == MatrixUnit::MmaSync
+        && target.features.cp_async
+        && INT8_DOT.contains(&quant)
+        && row_bytes.is_multiple_of(16)
+        && tile_k.is_multiple_of(64)
+        && cols.is_multiple_of(tile_k);
+    if !usable {
+        return None;
+    }
+    let (wave_rows, wave_tokens) = (crate::ops::Gemm::wave_tile(d.wave_size).0, options.gemm_wave_tokens.unwrap_or(32));
+    let block = u32::try_from(quant.block_len()).unwrap_or(u32::MAX);
+    let table_bytes = lookup_table(quant).map_or(0, |(_, elem, len)| elem * len);
+    let tuning = |[tile_rows, tile_tokens]: [u32; 2], raw_k: u32, raw_stages: u32| GemmQ8Tuning {
+        unit: MatrixUnit::MmaSync,
+        waves: (tile_rows / wave_rows).max(1) * (tile_tokens / wave_tokens.max(8)).max(1),
+        tile_rows,
+        tile_tokens,
+        tile_k,
+        pad: 16,
+        wave_tokens,
+        min_blocks: 1,
+        raw_k,
+        raw_stages,
+        x_stages: 3,
+        table_bytes,
+    };
+    let shared = |t: &GemmQ8Tuning| crate::ops::Gemm::q8_shared_bytes(quant, t);
+    let limit = d.shared_limit(true);
+    let tiles: &[[u32; 2]] = match &options.gemm_tile {
+        Some(tile) => std::slice::from_ref(tile),
+        None => &[[128, 128], [128, 64], [64, 64]],
+    };
+    tiles.iter().find_map(|&tile| {
+        let candidates: Vec<GemmQ8Tuning> = [256u32, 128, 64]
+            .into_iter()
+            .filter(|k| k.is_multiple_of(tile_k) && k.is_multiple_of(block.max(1)) && cols.is_multiple_of(*k))
+            .flat_map(|k| [3u32, 2].map(|stages| tuning(tile, k, stages)))
+            .filter(|t| (t.raw_stages - 1) * (t.raw_k / t.tile_k) >= 2)
+            .collect();
+        let two = candidates.iter().find(|t| shared(t) <= limit / 2).map(|t| (t, 2));
+        let fit = two.or_else(|| candidates.iter().find(|t| shared(t) <= limit).map(|t| (t, 1)));
+        fit.map(|(t, blocks)| GemmQ8Tuning { min_blocks: options.gemm_blocks.unwrap_or(1).min(blocks), ..t.clone() })
+    })
 }
 
 /// Prefill attention's tiles for `op` on `target`: [`WAVES_PER_BLOCK`] waves of 16 query

@@ -218,15 +218,22 @@ impl Model {
             random_blocks(quant, rng, &mut host, 0.05).map_err(|e| RunError::Other(e.to_string()))?;
             let x = random_floats(rng, (tokens * cols) as usize, 1.0);
             let b = &mut self.backend;
-            let (w, xb, y) = (b.alloc(w_bytes)?, b.alloc(x.len() * 4)?, b.alloc((tokens * rows) as usize * 4)?);
+            let (w, y) = (b.alloc(w_bytes)?, b.alloc((tokens * rows) as usize * 4)?);
             b.write(w, 0, &host)?;
-            b.write(xb, 0, &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
-            let args = vec![
-                ("w", Arg::Buf(w, 0)),
-                ("x", Arg::Buf(xb, 0)),
-                ("y", Arg::Buf(y, 0)),
-                ("tokens", Arg::U32(tokens)),
-            ];
+            let floats = |v: &[f32]| v.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+            // An int8 GEMM reads its input quantized (the quantizer is not timed).
+            let inputs = if spec.buffers.iter().any(|b| b.name == "xq") {
+                let (q, d) = crate::backend::cpu::quantize_q8(&x);
+                vec![("xq", q), ("xd", floats(&d))]
+            } else {
+                vec![("x", floats(&x))]
+            };
+            let mut args = vec![("w", Arg::Buf(w, 0)), ("y", Arg::Buf(y, 0)), ("tokens", Arg::U32(tokens))];
+            for (name, bytes) in inputs {
+                let buf = b.alloc(bytes.len())?;
+                b.write(buf, 0, &bytes)?;
+                args.push((name, Arg::Buf(buf, 0)));
+            }
             let seconds = self.time_launches(spec, &[args], reps)?;
             timings.push(GemmTiming { name: spec.name.clone(), quant, rows, cols, tokens, seconds });
         }

@@ -54,8 +54,8 @@ pub(crate) struct Scratch {
 
 impl Scratch {
     /// Allocates scratch for windows of `window` tokens of `desc` and prompt chunks of
-    /// `chunk` (the token-wide buffers and the logits; split attention's states, the int8
-    /// quants and the routing serve windows only), a context of `n_ctx`
+    /// `chunk` (the token-wide buffers, the int8 quants and the logits; split attention's
+    /// states and the routing serve windows only), a context of `n_ctx`
     /// positions in `n_blocks` KV blocks, and as many attention splits as the compiled
     /// merge takes.
     #[allow(clippy::too_many_arguments)]
@@ -97,8 +97,8 @@ impl Scratch {
             up: f32s(b, c * ffn)?,
             gate_up: f32s(b, 2 * ffn)?,
             act: f32s(b, c * ffn.max(used * effn))?,
-            xq: b.alloc(w * widest)?,
-            xd: f32s(b, w * widest / 16)?,
+            xq: b.alloc(c * widest)?,
+            xd: f32s(b, c * widest / 16)?,
             logits: f32s(b, c * desc.vocab as usize)?,
             ids: f32s(b, c)?,
             pos: f32s(b, 1)?,
