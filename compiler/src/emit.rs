@@ -261,6 +261,13 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
                 "extern \"C\" float strata_host_dot32_{name}(const u8* row, u32 chunk, const i32* q, i32 qsum) {{ \
                  return strata_dot32_{name}(row, chunk, q, qsum, {table}); }}"
             );
+            // The int8 GEMM's decoder (which may differ from the GEMV's), dotted the same way.
+            let decoder = crate::ops::gemm::q8_decoder(*q);
+            let _ = writeln!(
+                source,
+                "extern \"C\" float strata_host_gemm_dot32_{name}(const u8* row, u32 chunk, const i32* q, i32 qsum) {{ \
+                 return strata_dot_w32({decoder}(row, chunk, {table}), q, qsum); }}"
+            );
         }
     }
     Ok(source)

@@ -28,6 +28,16 @@ STRATA_DEVICE strata_w32 strata_decode32_q4_0(const u8* STRATA_RESTRICT row, u32
     c.b = -8.0f * d;
     return c;
 }
+// Int8 decode with signed weights, b = 0: each byte q - 8 (120 + q carries into no other
+// byte, and flipping bit 7 then subtracts 128). The int8 GEMM's, where the offset term
+// costs a multiply-add for every output and chunk; the GEMV's offset is one per row.
+STRATA_DEVICE strata_w32 strata_decode32_signed_q4_0(const u8* STRATA_RESTRICT row, u32 chunk, const void* STRATA_RESTRICT table) {
+    strata_w32 c = strata_decode32_q4_0(row, chunk, table);
+#pragma unroll
+    for (u32 k = 0; k < 8; ++k) c.w[k] = (i32)(((u32)c.w[k] + 0x78787878u) ^ 0x80808080u);
+    c.b = 0.0f;
+    return c;
+}
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).
 STRATA_DEVICE float strata_dot32_q4_0(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
     return strata_dot_w32(strata_decode32_q4_0(row, chunk, table), q, qsum);

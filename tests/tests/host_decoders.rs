@@ -1,7 +1,8 @@
 //! The GPU block decoders' own code, built for the host by clang (the host prelude), against
 //! the CPU reference: every supported type's `strata_dequant32_<type>` value for value, and
-//! the int8-dot decoders `strata_dot32_<type>` against the reference weights' dot product
-//! with int8 activations. A decoder bug shows here, in CI, before any device runs it.
+//! the int8-dot decoders `strata_dot32_<type>` (and the int8 GEMM's, `ops::gemm::q8_decoder`)
+//! against the reference weights' dot product with int8 activations. A decoder bug shows
+//! here, in CI, before any device runs it.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -49,9 +50,10 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
         // these signatures.
         let dequant =
             unsafe { lib.get::<Dequant>(format!("strata_host_dequant32_{name}").as_bytes()) }.expect("dequant entry");
-        let dot = INT8_DOT.contains(&ty).then(|| {
+        let dots = INT8_DOT.contains(&ty).then(|| {
             // SAFETY: as above.
-            unsafe { lib.get::<Dot>(format!("strata_host_dot32_{name}").as_bytes()) }.expect("dot entry")
+            let entry = |kind: &str| unsafe { lib.get::<Dot>(format!("strata_host_{kind}_{name}").as_bytes()) };
+            [entry("dot32").expect("dot entry"), entry("gemm_dot32").expect("GEMM dot entry")]
         });
         for r in 0..rows {
             let row = &blocks[r * row_bytes..][..row_bytes];
@@ -63,7 +65,7 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
                 for (i, (g, w)) in got.iter().zip(want).enumerate() {
                     assert!((g - w).abs() <= 1e-6 * w.abs().max(1e-3), "{ty} row {r} chunk {c} [{i}]: {g} vs {w}");
                 }
-                let Some(dot) = &dot else { continue };
+                let Some(dots) = &dots else { continue };
                 // The decoders load the activations as aligned 16-byte vectors.
                 #[repr(align(16))]
                 struct Quants([i8; 32]);
@@ -72,9 +74,12 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
                 let qsum: i32 = q.0.iter().map(|&v| i32::from(v)).sum();
                 let exact: f64 = want.iter().zip(&q.0).map(|(&w, &v)| f64::from(w) * f64::from(v)).sum();
                 let scale: f64 = want.iter().zip(&q.0).map(|(&w, &v)| (f64::from(w) * f64::from(v)).abs()).sum();
-                // SAFETY: as above; `q` is 32 int8 quants, 16-byte aligned.
-                let got = f64::from(unsafe { dot(row.as_ptr(), c as u32, q.0.as_ptr().cast(), qsum) });
-                assert!((got - exact).abs() <= 1e-5 * scale.max(1e-6), "{ty} row {r} chunk {c}: {got} vs {exact}");
+                for (dot, what) in dots.iter().zip(["GEMV", "GEMM"]) {
+                    // SAFETY: as above; `q` is 32 int8 quants, 16-byte aligned.
+                    let got = f64::from(unsafe { dot(row.as_ptr(), c as u32, q.0.as_ptr().cast(), qsum) });
+                    let close = (got - exact).abs() <= 1e-5 * scale.max(1e-6);
+                    assert!(close, "{ty} {what} decoder, row {r} chunk {c}: {got} vs {exact}");
+                }
             }
         }
     }

@@ -115,8 +115,8 @@ impl KernelOp for Gemm {
 
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let Gemm { quant, rows, cols } = *self;
-        // The parts both paths share: (tile rows, tile tokens, step, raw super-step, raw
-        // stages, waves), and the input's buffers with floats (or bytes) a token.
+        // The parts both paths share: (tile rows, tile tokens, step, raw super-step, waves,
+        // wave tile), and the input's buffers with their elements a token.
         let (tiles, inputs) = match &k.tuning {
             Tuning::Gemm(t) => {
                 let shared = Gemm::shared_bytes(quant, t);
@@ -295,13 +295,24 @@ impl KernelOp for Gemm {
     }
 }
 
-/// What a type's int8 decoder (`strata_decode32_<type>`, `templates/quant/`) leaves for
-/// the int8 GEMM's scaling, as (offset, halves): whether its offset `b` (times the
-/// input chunk's sum) can be nonzero, and whether its two 16-element halves have
-/// scales of their own (`s0`, `s1`: two k = 16 products a chunk instead of one k = 32).
+/// The int8 decoder (`templates/quant/`) an int8 GEMM of `quant` uses: the GEMV's
+/// `strata_decode32_<type>`, but for Q4_0 its signed form, whose weights need no offset
+/// term (a multiply-add for every output and chunk).
+pub fn q8_decoder(quant: GgmlType) -> String {
+    let name = quant.name().to_ascii_lowercase();
+    match quant {
+        GgmlType::Q4_0 => format!("strata_decode32_signed_{name}"),
+        _ => format!("strata_decode32_{name}"),
+    }
+}
+
+/// What [`q8_decoder`] leaves for the int8 GEMM's scaling, as (offset, halves): whether
+/// its offset `b` (times the input chunk's sum) can be nonzero, and whether its two
+/// 16-element halves have scales of their own (`s0`, `s1`: two k = 16 products a chunk
+/// instead of one k = 32).
 pub fn q8_decoder_terms(quant: GgmlType) -> (bool, bool) {
     use GgmlType::*;
-    (matches!(quant, Q4_0 | Q4_1 | Q4_K), matches!(quant, Q6_K | IQ1_M | IQ2_XS))
+    (matches!(quant, Q4_1 | Q4_K), matches!(quant, Q6_K | IQ1_M | IQ2_XS))
 }
 
 /// The int8 template's context (see `templates/ops/gemm_q8.cu.hbs`).
@@ -321,7 +332,7 @@ fn q8_context(k: &KernelRecord, quant: GgmlType, rows: u32, cols: u32, t: &GemmQ
     let shape = json!({
         "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(), "unit": t.unit.name(),
         "rows": rows, "cols": cols, "row_bytes": quant.row_bytes(u64::from(cols)).unwrap_or(0),
-        "w_len": fixed(k, "w"), "offset": offset, "halves": halves,
+        "w_len": fixed(k, "w"), "offset": offset, "halves": halves, "decoder": q8_decoder(quant),
         "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
         "tile_rows": t.tile_rows, "tile_tokens": t.tile_tokens, "tile_k": t.tile_k, "chunks": chunks,
         "stride": t.tile_k + t.pad, "steps": cols / t.tile_k.max(64), "chunks_per_row": cols / 32,
@@ -345,22 +356,29 @@ fn q8_context(k: &KernelRecord, quant: GgmlType, rows: u32, cols: u32, t: &GemmQ
 
 #[cfg(test)]
 mod tests {
-    use super::q8_decoder_terms;
+    use super::{q8_decoder, q8_decoder_terms};
     use crate::plan::rules::INT8_DOT;
 
     /// The terms the int8 GEMM assumes of each decoder are the ones its source sets: an
-    /// offset unless it writes `c.b = 0.0f`, half scales unless it writes `c.s0 = c.s1`.
-    /// A wrong guess would drop a term (or multiply by an unset scale) on the device only.
+    /// offset unless its last word on `c.b` is `c.b = 0.0f`, half scales unless it (or
+    /// the decoder it wraps) writes `c.s0 = c.s1`. A wrong guess would drop a term (or
+    /// multiply by an unset scale) on the device only.
     #[test]
     fn decoder_terms_are_the_decoders_own() {
         for quant in INT8_DOT {
             let name = quant.name().to_ascii_lowercase();
             let path = format!("{}/../templates/quant/{name}.cuh", env!("CARGO_MANIFEST_DIR"));
             let text = std::fs::read_to_string(&path).expect("the type's template");
-            let start = text.find(&format!("strata_decode32_{name}(")).expect("an int8 decoder");
-            let body = &text[start..start + text[start..].find("return c;").expect("returns c")];
-            let (offset, halves) = (!body.contains("c.b = 0.0f;"), !body.contains("c.s0 = c.s1"));
-            assert_eq!(q8_decoder_terms(quant), (offset, halves), "{name}");
+            let body = |decoder: &str| {
+                let start = text.find(&format!("{decoder}(const")).expect("the decoder");
+                &text[start..start + text[start..].find("return c;").expect("returns c")]
+            };
+            let (decoder, own) = (q8_decoder(quant), format!("strata_decode32_{name}"));
+            // A wrapper's body after the decoder it calls: its assignments come last.
+            let wrapped = if decoder == own { String::new() } else { body(&own).to_string() };
+            let all = wrapped + body(&decoder);
+            let offset = all.rfind("c.b = ").is_some_and(|at| !all[at..].starts_with("c.b = 0.0f;"));
+            assert_eq!(q8_decoder_terms(quant), (offset, !all.contains("c.s0 = c.s1")), "{name}");
         }
     }
 }
