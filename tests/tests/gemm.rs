@@ -101,8 +101,9 @@ fn wave32_amd_gemms_compile_in_the_cuda_dialect() {
 
 /// The generated GEMM kernel text per matrix unit: mma.sync (sm_90), WMMA (gfx1100),
 /// MFMA (gfx90a) and none (gfx1030), a K-quant, a legacy type and an i-quant (on sm_90
-/// the int8 GEMM's three decoder forms: offset, plain, half scales with a lookup grid),
-/// a matrix that fills whole tiles and one that does not.
+/// the int8 GEMM for Q4_0, signed, and IQ2_XS, half scales with a lookup grid; the small
+/// Q4_K matrix stays on the f16 GEMM by the size rule), a matrix that fills whole tiles
+/// and one that does not.
 #[test]
 fn gemm_kernel_snapshots() {
     for name in ["sm_90", "gfx1100", "gfx90a", "gfx1030"] {

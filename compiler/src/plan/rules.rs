@@ -232,15 +232,19 @@ pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> G
 /// and `options.int8_gemm`; by default (`Int8Dot::Auto`) only where the GEMV of the same
 /// matrix takes the int8 path by its size ([`INT8_MIN_BYTES`]), so a model whose products
 /// stay float in decode reads its prompts in float too (int8 activations changed the
-/// greedy answer of SmolLM2-135M's chat test; its matrices are below the size). The weights decode once per block tile to one byte
-/// an element instead of an f16 pair's half, and the input is quantized once per chunk
-/// of tokens, not converted per block. Wave tiles and block tiles are the f16 GEMM's
-/// (128x128: eight waves of 64x32); a step is 64 features (two chunks, whose (scale,
-/// sum) pairs are one 16-byte copy a token); raw super-steps are tried from 256 down to
-/// 64 features and three stages before two (at least two steps between a copy and its
-/// decode: one wait a step covers the input and the weights), first where two blocks
-/// fit an SM's shared memory (the opt-in limit is one block's share of it), else where
-/// one does; then the smaller tiles the same way. Where none fits, the f16 GEMM.
+/// greedy answer of SmolLM2-135M's chat test; its matrices are below the size).
+///
+/// The weights decode once per block tile to one byte an element instead of an f16
+/// pair's half, and the input is quantized once per chunk of tokens, not converted per
+/// block. Wave tiles and block tiles are the f16 GEMM's (128x128: eight waves of 64x32);
+/// a step is 64 features (two chunks, whose (scale, sum) pairs are one 16-byte copy a
+/// token); raw super-steps are tried from 256 down to 64 features and three stages
+/// before two (at least two steps between a copy and its decode: one wait a step covers
+/// the input and the weights), first where two blocks fit an SM's shared memory (the
+/// opt-in limit is one block's share of it), else where one does; then the smaller tiles
+/// the same way. Where none fits, the f16 GEMM. The launch bounds ask for one block an
+/// SM: asking for two capped the registers at 128 and ptxas spilled (pp512 33% slower on
+/// an H100, docs/PERFORMANCE.md); `options.gemm_blocks` sweeps it.
 pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, cols: u32) -> Option<GemmQ8Tuning> {
     let d = &target.device;
     let row_bytes = quant.row_bytes(u64::from(cols))?;
