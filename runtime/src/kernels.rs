@@ -25,9 +25,11 @@ impl Kernels {
     }
 
     /// Kernel records planned on demand (the CPU backend ignores launch geometry, so
-    /// the target only fills the records' launch fields).
+    /// the target only fills the records' launch fields; its GEMMs take no stream-K
+    /// workspace).
     pub fn planned(target: Target, int8: Int8Dot) -> Kernels {
-        Kernels { by_name: HashMap::new(), on_demand: Some((target, Options { int8, ..Options::default() })) }
+        let options = Options { int8, stream_k: false, ..Options::default() };
+        Kernels { by_name: HashMap::new(), on_demand: Some((target, options)) }
     }
 
     /// Kernels planned on demand with QSA blocks of `block` positions (the target's rule

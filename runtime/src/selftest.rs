@@ -210,6 +210,7 @@ pub fn test_kernel(
     let mut named_dev = Vec::new();
     let mut named_cpu = Vec::new();
     let mut outputs = Vec::new();
+    let mut counts = Vec::new();
     for (i, b) in spec.buffers.iter().enumerate() {
         if b.name == ERROR_BUFFER {
             continue;
@@ -218,13 +219,22 @@ pub fn test_kernel(
             Extent::Fixed(n) => *n,
             Extent::PerArg { arg, per_row } => u64::from(scalar(arg)) * per_row,
         };
-        let bytes = random_bytes(spec, i, elems, &mut rng)?;
+        // A workspace starts zeroed, as the model hands it over, and is no output: only
+        // its counts are read back, which the kernel must leave zero.
+        let bytes = match b.workspace {
+            true => vec![0; usize::try_from(elems * b.elem.bytes()).map_err(|e| RunError::Other(e.to_string()))?],
+            false => random_bytes(spec, i, elems, &mut rng)?,
+        };
         let (d, c) = (device.alloc(bytes.len())?, cpu.alloc(bytes.len())?);
         device.write(d, 0, &bytes)?;
         cpu.write(c, 0, &bytes)?;
         named_dev.push((b.name.as_str(), Arg::Buf(d, 0)));
         named_cpu.push((b.name.as_str(), Arg::Buf(c, 0)));
-        if b.writes {
+        if b.workspace {
+            if b.elem == Elem::I32 {
+                counts.push((b.name.clone(), d, bytes.len()));
+            }
+        } else if b.writes {
             outputs.push((b.name.clone(), b.elem, d, c, bytes.len()));
         }
     }
@@ -296,6 +306,15 @@ pub fn test_kernel(
             if err > tolerance && first_bad.is_none() {
                 first_bad = Some((name.clone(), i, *g, *w));
             }
+        }
+    }
+    for (name, d, len) in counts {
+        let mut got = vec![0u8; len];
+        device.read(d, 0, &mut got)?;
+        let left = values(Elem::I32, &got).into_iter().enumerate().find(|(_, v)| *v != 0.0);
+        if let Some((i, v)) = left {
+            max_error = f64::INFINITY;
+            first_bad = first_bad.or(Some((name, i, v, 0.0)));
         }
     }
     Ok(Outcome { kernel: spec.name.clone(), max_error, tolerance, first_bad, time })

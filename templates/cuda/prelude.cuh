@@ -80,6 +80,10 @@ STRATA_DEVICE void strata_await_inputs(void) {
 STRATA_DEVICE void strata_await_inputs(void) {}
 {{/if}}
 STRATA_DEVICE u32 strata_atomic_add(i32* p, i32 v) { return (u32)__atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+// Orders this thread's global reads and writes before and after it for the whole device
+// (CUDA's __threadfence): a block's stores, this fence, a barrier and one thread's atomic
+// publish them to a block that sees the atomic's count and then fences too.
+STRATA_DEVICE void strata_fence_device(void) { __nvvm_membar_gl(); }
 {{#if wmma}}
 // RDNA3's V_WMMA_F32_16X16X16_F16 emulated exactly, for gfx11 kernels rendered here
 // (cross-vendor execution): the same per-lane registers as the HIP prelude's

@@ -70,6 +70,10 @@ STRATA_DEVICE i32 strata_dot4(i32 a, i32 b, i32 c) {
 // Kernels run in stream order on AMD (no programmatic dependent launch): nothing to wait for.
 STRATA_DEVICE void strata_await_inputs(void) {}
 STRATA_DEVICE u32 strata_atomic_add(i32* p, i32 v) { return (u32)__atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+// Orders this thread's global reads and writes before and after it for the whole device
+// (CUDA's __threadfence): a block's stores, this fence, a barrier and one thread's atomic
+// publish them to a block that sees the atomic's count and then fences too.
+STRATA_DEVICE void strata_fence_device(void) { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent"); }
 {{#if wmma}}
 // acc[0..7] += A·B on RDNA3's matrix unit (V_WMMA_F32_16X16X16_F16, wave32): a and b are
 // the lane's 16 f16 of A's row and B's column as pairs (templates/matrix/wmma.cuh).

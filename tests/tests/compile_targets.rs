@@ -302,6 +302,7 @@ fn prefill_plan(target: &Target, checked: bool) -> strata_compiler::plan::Plan {
                     elem: strata_compiler::plan::Elem::I32,
                     extent: strata_compiler::plan::Extent::Fixed(8),
                     writes: true,
+                    workspace: false,
                 });
             }
             k

@@ -88,6 +88,10 @@ struct CompileArgs {
     /// registers) instead of the rule's (tuning sweeps).
     #[arg(long, value_name = "BLOCKS", value_parser = clap::value_parser!(u32).range(1..=4))]
     gemm_blocks: Option<u32>,
+    /// One block a tile for the int8 GEMMs instead of stream-K (as many blocks as the
+    /// SMs hold, the tiles' steps split among them), for comparisons.
+    #[arg(long)]
+    no_stream_k: bool,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention): prompts are then read in verify-window passes.
     #[arg(long)]
@@ -290,6 +294,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         int8_gemm: true,
         gemm_wave_tokens: args.gemm_wave_tokens,
         gemm_blocks: args.gemm_blocks,
+        stream_k: !args.no_stream_k,
         prefill: !args.no_prefill,
     };
     let request = Request {

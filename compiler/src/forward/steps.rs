@@ -54,6 +54,10 @@ pub enum Buf {
     Quants,
     /// Their per-chunk (scale, sum).
     QuantScales,
+    /// A stream-K GEMM's partial tiles (its workspace).
+    GemmPartial,
+    /// A stream-K GEMM's arrival counts (its workspace, zero between launches).
+    GemmFlags,
     /// Attention's split partial states.
     Partial,
     /// Attention's splits per (token, head).
@@ -301,9 +305,17 @@ impl Walk<'_, '_> {
         for ((w, m, y), int8) in products.iter().zip(int8) {
             let op = self.product(*m, window);
             match (int8, &op) {
+                // Stream-K kernels use the workspace; the others have no such buffers.
                 (true, Op::Gemm(_)) => self.launch(
                     op,
-                    &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y)],
+                    &[
+                        ("w", *w),
+                        ("xq", xq),
+                        ("xd", xd),
+                        ("y", *y),
+                        ("part", at(Buf::GemmPartial)),
+                        ("flags", at(Buf::GemmFlags)),
+                    ],
                     &[("tokens", Value::Count(window))],
                 ),
                 (true, _) => self.launch(op, &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y)], &[]),

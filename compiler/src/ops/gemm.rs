@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch_dynamic, per, scalar};
+use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch_dynamic, per, scalar, workspace};
 use crate::plan::rules::{self, MAX_TOKENS};
 use crate::plan::{Dim, Elem, Extent, GemmQ8Tuning, GemmTuning, KernelRecord, Options, Tuning};
 use crate::quant::GgmlType;
@@ -58,14 +58,28 @@ impl Gemm {
 
     /// Shared bytes of an int8 GEMM's tuning, in the template's order: two int8 weight
     /// tiles and their (scale, offset, half scales) per (row, chunk), `x_stages` int8
-    /// input tiles and their (scale, sum) per (token, chunk), the raw weights' stages and
-    /// the lookup grid. Rows are padded by `pad` bytes; every part stays 16-byte aligned.
+    /// input tiles and their (scale, sum) per (token, chunk), the raw weights' stages,
+    /// the lookup grid and, stream-K, a word that tells the block whether it sums a split
+    /// tile (at [`Gemm::q8_word_at`]). Rows are padded by `pad` bytes; every part stays
+    /// 16-byte aligned.
     pub fn q8_shared_bytes(quant: GgmlType, t: &GemmQ8Tuning) -> u32 {
+        Gemm::q8_word_at(quant, t) + if t.blocks > 0 { 16 } else { 0 }
+    }
+
+    /// Where the stream-K word lies in an int8 GEMM's shared memory: after the rest.
+    pub fn q8_word_at(quant: GgmlType, t: &GemmQ8Tuning) -> u32 {
         let (stride, chunks) = (t.tile_k + t.pad, t.tile_k / 32);
         STAGES * t.tile_rows * (stride + chunks * 16)
             + t.x_stages * t.tile_tokens * (stride + chunks * 8)
             + t.raw_stages * t.tile_rows * Gemm::raw_slot(quant, t.raw_k)
             + t.table_bytes
+    }
+
+    /// Elements of a stream-K int8 GEMM's workspace, (partial tiles, arrival counts): two
+    /// partial tiles a block (the tiles its share of super-steps starts and ends in) and
+    /// one count a block (a split tile's, kept by the block that starts it).
+    pub fn stream_k_workspace(t: &GemmQ8Tuning) -> (u64, u64) {
+        (u64::from(t.blocks) * 2 * u64::from(t.tile_rows) * u64::from(t.tile_tokens), u64::from(t.blocks))
     }
 }
 
@@ -91,15 +105,24 @@ impl KernelOp for Gemm {
         let scalars = vec![scalar("tokens", MAX_TOKENS)];
         if let Some(t) = rules::gemm_q8(target, options, quant, rows, cols) {
             let shared = Gemm::q8_shared_bytes(quant, &t);
+            let mut buffers = vec![
+                w,
+                buffer("xq", Elem::U8, per("tokens", cols), false),
+                buffer("xd", Elem::F32, per("tokens", cols / 16), false),
+                y,
+            ];
+            let grid = match t.blocks {
+                0 => grid(t.tile_rows, t.tile_tokens),
+                blocks => {
+                    let (part, flags) = Gemm::stream_k_workspace(&t);
+                    buffers.extend([workspace("part", Elem::F32, part), workspace("flags", Elem::I32, flags)]);
+                    [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)]
+                }
+            };
             return Parts {
-                launch: launch_dynamic(target, grid(t.tile_rows, t.tile_tokens), threads(t.waves), shared),
+                launch: launch_dynamic(target, grid, threads(t.waves), shared),
                 tuning: Tuning::GemmQ8(t),
-                buffers: vec![
-                    w,
-                    buffer("xq", Elem::U8, per("tokens", cols), false),
-                    buffer("xd", Elem::F32, per("tokens", cols / 16), false),
-                    y,
-                ],
+                buffers,
                 scalars,
             };
         }
@@ -218,15 +241,21 @@ impl KernelOp for Gemm {
                 format!("{tile_rows}x{tile_tokens} tiles in {wave_rows}x{wave_tokens} per wave"),
             );
         }
-        if c.grid_x().saturating_mul(u64::from(tile_rows)) < u64::from(rows) {
-            c.fail("rows covered by the grid", c.grid_x().to_string(), format!("the matrix has {rows}"));
-        }
-        let per_block = match &k.launch.grid[1] {
-            Dim::Runtime { arg, per_block } if arg == "tokens" => *per_block,
-            _ => 0,
-        };
-        if per_block != tile_tokens {
-            c.fail("tokens per block of grid y", per_block.to_string(), format!("tiles of {tile_tokens} tokens"));
+        match &k.tuning {
+            Tuning::GemmQ8(t) if t.blocks > 0 => check_stream_k(k, t, c),
+            _ => {
+                if c.grid_x().saturating_mul(u64::from(tile_rows)) < u64::from(rows) {
+                    c.fail("rows covered by the grid", c.grid_x().to_string(), format!("the matrix has {rows}"));
+                }
+                let per_block = match &k.launch.grid[1] {
+                    Dim::Runtime { arg, per_block } if arg == "tokens" => *per_block,
+                    _ => 0,
+                };
+                if per_block != tile_tokens {
+                    let tiles = format!("tiles of {tile_tokens} tokens");
+                    c.fail("tokens per block of grid y", per_block.to_string(), tiles);
+                }
+            }
         }
         for (name, per_row) in inputs.into_iter().chain([("y", rows)]) {
             let extent = k.buffers.iter().find(|b| b.name == name).map(|b| &b.extent);
@@ -295,6 +324,25 @@ impl KernelOp for Gemm {
     }
 }
 
+/// A stream-K GEMM's grid and workspace: `blocks` blocks along x (they walk every
+/// tile, whatever the rows and tokens), and the partial tiles and counts they need.
+fn check_stream_k(k: &KernelRecord, t: &GemmQ8Tuning, c: &mut Checker) {
+    let grid = [Dim::Fixed(t.blocks), Dim::Fixed(1), Dim::Fixed(1)];
+    if k.launch.grid != grid {
+        c.fail("the stream-K grid", format!("{:?}", k.launch.grid), format!("{} blocks along x", t.blocks));
+    }
+    let (part, flags) = Gemm::stream_k_workspace(t);
+    for (name, elem, n) in [("part", Elem::F32, part), ("flags", Elem::I32, flags)] {
+        let ok = k
+            .buffers
+            .iter()
+            .any(|b| b.name == name && b.workspace && b.writes && b.elem == elem && b.extent == Extent::Fixed(n));
+        if !ok {
+            c.fail(&format!("the workspace {name}"), "missing or another size".into(), format!("{n} {elem:?}s"));
+        }
+    }
+}
+
 /// The int8 decoder (`templates/quant/`) an int8 GEMM of `quant` uses: the GEMV's
 /// `strata_decode32_<type>`, but for Q4_0 its signed form, whose weights need no offset
 /// term (a multiply-add for every output and chunk).
@@ -347,6 +395,8 @@ fn q8_context(k: &KernelRecord, quant: GgmlType, rows: u32, cols: u32, t: &GemmQ
         "w_tasks": w_tasks, "w_per_thread": w_tasks.div_ceil(threads), "w_ragged": !w_tasks.is_multiple_of(threads),
         "wave_rows": wave_rows, "wave_tokens": wave_tokens, "waves_t": (t.tile_tokens / wave_tokens).max(1),
         "wm": wave_rows / 16, "wn": wave_tokens / 8, "min_blocks": t.min_blocks,
+        "stream_k": t.blocks > 0, "blocks": t.blocks, "row_tiles": rows.div_ceil(t.tile_rows.max(1)),
+        "word_at": Gemm::q8_word_at(quant, t), "part_len": fixed(k, "part"), "acc": wave_rows / 16 * (wave_tokens / 8) * 4,
         "table": table.map(|(name, _, _)| name),
         "table_type": table.map(|(_, bytes, _)| if bytes == 8 { "u64" } else { "u32" }),
         "table_len": table.map(|(_, _, n)| n),

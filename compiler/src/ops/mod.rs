@@ -264,7 +264,12 @@ pub fn fixed(k: &KernelRecord, buffer: &str) -> u64 {
 
 /// A buffer argument.
 pub(crate) fn buffer(name: &str, elem: Elem, extent: Extent, writes: bool) -> Buffer {
-    Buffer { name: name.into(), elem, extent, writes }
+    Buffer { name: name.into(), elem, extent, writes, workspace: false }
+}
+
+/// A kernel's working memory of `n` elements ([`Buffer::workspace`]).
+pub(crate) fn workspace(name: &str, elem: Elem, n: u64) -> Buffer {
+    Buffer { name: name.into(), elem, extent: Extent::Fixed(n), writes: true, workspace: true }
 }
 
 /// `per_row` elements for each unit of the runtime argument `arg`.

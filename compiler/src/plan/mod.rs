@@ -65,6 +65,10 @@ pub struct Options {
     /// caps its registers) instead of the rule's (tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_blocks: Option<u32>,
+    /// Whether int8 GEMMs run as many blocks as the SMs hold and split the tiles' steps
+    /// among them (stream-K, [`GemmQ8Tuning::blocks`]) instead of one block a tile.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub stream_k: bool,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack; without them prompts are read in verify-window passes.
     #[serde(default)]
@@ -85,6 +89,7 @@ impl Default for Options {
             int8_gemm: true,
             gemm_wave_tokens: None,
             gemm_blocks: None,
+            stream_k: true,
             prefill: true,
         }
     }
@@ -256,6 +261,11 @@ pub struct Buffer {
     pub extent: Extent,
     /// Whether the kernel writes it.
     pub writes: bool,
+    /// The kernel's own working memory (a stream-K GEMM's partial tiles and arrival
+    /// counts), neither input nor output: the host hands it over zeroed once, and the
+    /// kernel leaves its integers zero again, so that any launch may reuse it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub workspace: bool,
 }
 
 /// A scalar (u32) argument, with the most it may be at launch.
@@ -365,6 +375,14 @@ pub struct GemmQ8Tuning {
     pub x_stages: u32,
     /// Bytes of the type's lookup grid, staged in shared memory once per block (0: none).
     pub table_bytes: u32,
+    /// Blocks of the grid, where the blocks walk the tiles (stream-K): 0 gives one
+    /// block a tile. A chunk's tiles that fill waves of `blocks` are taken whole, in
+    /// turn; the rest's super-steps are split evenly among the blocks, and the last of a
+    /// split tile's blocks to finish sums its partial tiles in block order. This keeps
+    /// every SM busy where the tiles leave the last wave part-empty (a 1024-row matrix
+    /// at 512 tokens is 32 tiles for 132 SMs).
+    #[serde(default)]
+    pub blocks: u32,
 }
 
 /// Tiles of [`Op::AttentionPrefill`] (see [`rules::attention_prefill`]): a block takes
@@ -627,6 +645,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
                 elem: Elem::I32,
                 extent: Extent::Fixed(8),
                 writes: true,
+                workspace: false,
             });
         }
     }

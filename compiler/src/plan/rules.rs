@@ -244,7 +244,9 @@ pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> G
 /// opt-in limit is one block's share of it), else where one does; then the smaller tiles
 /// the same way. Where none fits, the f16 GEMM. The launch bounds ask for one block an
 /// SM: asking for two capped the registers at 128 and ptxas spilled (pp512 33% slower on
-/// an H100, docs/PERFORMANCE.md); `options.gemm_blocks` sweeps it.
+/// an H100, docs/PERFORMANCE.md); `options.gemm_blocks` sweeps it. The grid is as many
+/// blocks as the target's SMs hold, walking the tiles stream-K ([`GemmQ8Tuning::blocks`]),
+/// unless `options.stream_k` is off.
 pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, cols: u32) -> Option<GemmQ8Tuning> {
     let d = &target.device;
     let row_bytes = quant.row_bytes(u64::from(cols))?;
@@ -281,6 +283,7 @@ pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, c
         raw_stages,
         x_stages: 3,
         table_bytes,
+        blocks: 0,
     };
     let shared = |t: &GemmQ8Tuning| crate::ops::Gemm::q8_shared_bytes(quant, t);
     let limit = d.shared_limit(true);
@@ -297,7 +300,11 @@ pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, c
             .collect();
         let two = candidates.iter().find(|t| shared(t) <= limit / 2).map(|t| (t, 2));
         let fit = two.or_else(|| candidates.iter().find(|t| shared(t) <= limit).map(|t| (t, 1)));
-        fit.map(|(t, blocks)| GemmQ8Tuning { min_blocks: options.gemm_blocks.unwrap_or(1).min(blocks), ..t.clone() })
+        fit.map(|(t, fits)| {
+            let min_blocks = options.gemm_blocks.unwrap_or(1).min(fits);
+            let blocks = if options.stream_k { d.compute_units * min_blocks } else { 0 };
+            GemmQ8Tuning { min_blocks, blocks, ..t.clone() }
+        })
     })
 }
 

@@ -21,7 +21,7 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use strata_compiler::ops::{self, Op};
-use strata_compiler::plan::{KernelRecord, MAX_WINDOW, Tuning, rules};
+use strata_compiler::plan::{Extent, KernelRecord, MAX_WINDOW, Tuning, rules};
 use strata_compiler::quant::{GgmlType, random_blocks, random_floats};
 
 use crate::backend::cpu::quantize_q8;
@@ -229,7 +229,12 @@ impl Model {
                 vec![("x", floats(&x))]
             };
             let mut args = vec![("w", Arg::Buf(w, 0)), ("y", Arg::Buf(y, 0)), ("tokens", Arg::U32(tokens))];
-            for (name, bytes) in inputs {
+            // A stream-K GEMM's workspace, zeroed as the model hands it over.
+            let workspace = spec.buffers.iter().filter(|b| b.workspace).map(|w| match w.extent {
+                Extent::Fixed(n) => (w.name.as_str(), vec![0; (n * w.elem.bytes()) as usize]),
+                Extent::PerArg { .. } => (w.name.as_str(), Vec::new()),
+            });
+            for (name, bytes) in inputs.into_iter().chain(workspace) {
                 let buf = b.alloc(bytes.len())?;
                 b.write(buf, 0, &bytes)?;
                 args.push((name, Arg::Buf(buf, 0)));

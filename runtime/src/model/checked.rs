@@ -59,7 +59,9 @@ impl Model {
             let Step::Launch { args, scalars, .. } = step else { continue };
             self.backend.sync()?;
             for (name, at) in args {
-                let Some(b) = spec.buffers.iter().find(|b| b.name == *name && b.writes && b.elem == Elem::F32) else {
+                let Some(b) =
+                    spec.buffers.iter().find(|b| b.name == *name && b.writes && !b.workspace && b.elem == Elem::F32)
+                else {
                     continue;
                 };
                 // Only rows this pass wrote: per-row buffers sized by a runtime count.

@@ -139,6 +139,8 @@ impl Model {
             Buf::ExpertParts => (s.expert_parts, 0),
             Buf::Quants => (s.xq, 0),
             Buf::QuantScales => (s.xd, 0),
+            Buf::GemmPartial => (s.gemm_part, 0),
+            Buf::GemmFlags => (s.gemm_flags, 0),
             Buf::Partial => (s.partial, 0),
             Buf::Splits => (s.splits, 0),
             Buf::Scores => (s.scores, 0),

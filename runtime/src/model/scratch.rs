@@ -1,14 +1,15 @@
 //! The scratch buffers a forward pass works in, allocated once at load for the widest
 //! window: the residual stream, each product's input and output, the int8 quants of a
 //! product's input, attention's split partial states, QSA's block selection, the routing
-//! of a mixture of experts, the logits and the token ids in and out.
+//! of a mixture of experts, the logits, the token ids in and out, and the stream-K
+//! GEMMs' workspace.
 //!
 //! Every captured step bakes these buffers in, so they never move.
 
 use strata_compiler::forward::Forward;
 use strata_compiler::model::ModelDesc;
 use strata_compiler::ops::RouteLayout;
-use strata_compiler::plan::{MAX_WINDOW, Tuning, rules};
+use strata_compiler::plan::{Extent, MAX_WINDOW, Tuning, rules};
 
 use crate::backend::{Backend, BufferId, RunError};
 use crate::kernels::Kernels;
@@ -50,6 +51,10 @@ pub(crate) struct Scratch {
     pub(super) route_weights: BufferId,
     pub(super) expert_gate_up: BufferId,
     pub(super) expert_parts: BufferId,
+    /// The stream-K GEMMs' workspace (partial tiles, arrival counts), shared by all:
+    /// they run one after another.
+    pub(super) gemm_part: BufferId,
+    pub(super) gemm_flags: BufferId,
 }
 
 impl Scratch {
@@ -83,6 +88,19 @@ impl Scratch {
             desc.experts.map_or((1, 1, 1), |x| (x.count as usize, x.used as usize, x.ffn as usize));
         let route_len = RouteLayout::new(n_experts as u32, used as u32).len() as usize;
         let widest = [e, qd, ffn, used * effn].into_iter().max().unwrap_or(0);
+        // The largest workspace a compiled kernel asks for (none planned on demand do),
+        // zeroed once: the kernels leave their counts zero.
+        let workspace = |name: &str| {
+            let bytes = kernels.specs().flat_map(|k| &k.buffers).filter(|b| b.workspace && b.name == name);
+            bytes.map(|b| if let Extent::Fixed(n) = b.extent { n * b.elem.bytes() } else { 0 }).max().unwrap_or(4)
+        };
+        let zeroed = |b: &mut dyn Backend, bytes: u64| -> Result<BufferId, RunError> {
+            let bytes = usize::try_from(bytes).map_err(|e| RunError::Other(e.to_string()))?;
+            let buf = b.alloc(bytes)?;
+            b.write(buf, 0, &vec![0; bytes])?;
+            Ok(buf)
+        };
+        let (part_bytes, flags_bytes) = (workspace("part"), workspace("flags"));
         Ok(Scratch {
             x: [f32s(b, c * e)?, f32s(b, c * e)?],
             h: f32s(b, c * e)?,
@@ -114,6 +132,8 @@ impl Scratch {
             route_weights: f32s(b, MAX_WINDOW as usize * used)?,
             expert_gate_up: f32s(b, w * used * 2 * effn)?,
             expert_parts: f32s(b, w * used * e)?,
+            gemm_part: zeroed(b, part_bytes)?,
+            gemm_flags: zeroed(b, flags_bytes)?,
         })
     }
 }

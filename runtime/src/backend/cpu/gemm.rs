@@ -39,7 +39,8 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(21);
         let mut int8_gemms = 0;
         for (quant, int8) in SUPPORTED.into_iter().flat_map(|q| [(q, Int8Dot::Never), (q, Int8Dot::Always)]) {
-            let options = Options { int8, ..Options::default() };
+            // As the CPU plans them (`Kernels::planned`): no stream-K workspace.
+            let options = Options { int8, stream_k: false, ..Options::default() };
             let gemm = rules::kernel_with(Op::Gemm(ops::Gemm { quant, rows, cols }), &target, &options);
             let gemv = rules::kernel_with(Op::Gemv(ops::Gemv { quant, rows, cols, window: 1 }), &target, &options);
             let quantized = gemm.buffers.iter().any(|b| b.name == "xq");
