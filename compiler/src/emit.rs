@@ -90,6 +90,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("ops/attention", include_str!("../../templates/ops/attention.cu.hbs")),
     ("ops/attention_merge", include_str!("../../templates/ops/attention_merge.cu.hbs")),
     ("ops/attention_prefill", include_str!("../../templates/ops/attention_prefill.cu.hbs")),
+    ("ops/attention_prefill_mma", include_str!("../../templates/ops/attention_prefill_mma.cu.hbs")),
     ("ops/qsa_score", include_str!("../../templates/ops/qsa_score.cu.hbs")),
     ("ops/qsa_select", include_str!("../../templates/ops/qsa_select.cu.hbs")),
     ("ops/softmax", include_str!("../../templates/ops/softmax.cu.hbs")),

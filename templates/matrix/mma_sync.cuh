@@ -26,6 +26,25 @@ STRATA_DEVICE void strata_mma16(float* acc, const u16* a, u32 lda, const u16* b,
             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
     }
 }
+// c += A·B on one 16x8 tile, k = 16, operands already in registers as the fragments
+// above (A: a[0..3], B: b0, b1). A C fragment pair of two adjacent 16x8 tiles, rounded
+// to f16 pairs, is the A fragment of the next product over their 16 columns.
+STRATA_DEVICE void strata_mma_f16_k16(float* c, const u32* a, u32 b0, u32 b1) {
+    __asm__("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Four 8x8 f16 matrices from shared memory, transposed (ldmatrix .trans): lane l names
+// row l % 8 of matrix l / 8 (16 bytes at `row`); r[m] of lane (g, q) then holds elements
+// [2q][g] and [2q + 1][g] of matrix m, the B fragment of a row-major k x n operand.
+STRATA_DEVICE void strata_ldmatrix_x4_trans(u32* r, const u16* row) {
+    u64 at;
+    __asm__("cvta.to.shared.u64 %0, %1;" : "=l"(at) : "l"(row));
+    __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"((u32)at)
+                     : "memory");
+}
 // The tile row and column that acc[i] of `lane` holds.
 STRATA_DEVICE u32 strata_mma_row(u32 lane, u32 i) { return lane / 4u + 8u * ((i / 2u) % 2u); }
 STRATA_DEVICE u32 strata_mma_col(u32 lane, u32 i) { return 8u * (i / 4u) + 2u * (lane % 4u) + i % 2u; }

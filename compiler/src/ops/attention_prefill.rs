@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Checker, KernelOp, Parts, buffer, c_float, fixed_len, launch, per, scalar};
+use super::{Checker, KernelOp, Parts, buffer, c_float, fixed_len, launch, launch_dynamic, per, scalar};
 use crate::plan::rules::{self, MAX_CONTEXT, MAX_TOKENS};
 use crate::plan::{AttentionPrefillTuning, Dim, Elem, KernelRecord, Options, Tuning};
 use crate::target::Target;
@@ -37,10 +37,14 @@ impl AttentionPrefill {
 
     /// Shared bytes of a tuning: the query tile (f16), the key tile (f16 rows), the value
     /// tile (f16, transposed), each wave's scores (f32, then its f16 weights in place) and
-    /// each row's softmax rescale factor.
+    /// each row's softmax rescale factor; with `stages`, the query tile and `stages` key
+    /// and value tiles, all f16 rows (the scores stay in registers).
     pub fn shared_bytes(&self, t: &AttentionPrefillTuning) -> u64 {
         let (d, n, pad, rows) =
             (u64::from(self.head_dim), u64::from(t.key_tile), u64::from(t.pad), 16 * u64::from(t.waves));
+        if t.stages > 0 {
+            return 2 * (d + pad) * (rows + 2 * u64::from(t.stages) * n);
+        }
         2 * (rows * (d + pad) + n * (d + pad) + d * (n + pad)) + 4 * rows * (n + 4) + 4 * rows
     }
 }
@@ -60,8 +64,12 @@ impl KernelOp for AttentionPrefill {
         let grid =
             [Dim::Fixed(kv_heads), Dim::Runtime { arg: "tokens".into(), per_block: t.block_tokens }, Dim::Fixed(1)];
         let shared = u32::try_from(self.shared_bytes(&t)).unwrap_or(u32::MAX);
+        let threads = t.waves * target.device.wave_size;
         Parts {
-            launch: launch(target, grid, t.waves * target.device.wave_size, shared),
+            launch: match t.stages {
+                0 => launch(target, grid, threads, shared),
+                _ => launch_dynamic(target, grid, threads, shared),
+            },
             tuning: Tuning::AttentionPrefill(t),
             buffers: vec![
                 buffer("q", Elem::F32, per("tokens", q_width), false),
@@ -138,7 +146,18 @@ impl KernelOp for AttentionPrefill {
             c.fail("row padding", t.pad.to_string(), "a nonzero multiple of 8 f16 (16-byte aligned rows)".into());
         }
         let needed = u32::try_from(self.shared_bytes(t)).unwrap_or(u32::MAX);
-        c.shared(needed, "query, key and value tiles, scores and rescale factors".into());
+        if t.stages == 0 {
+            c.shared(needed, "query, key and value tiles, scores and rescale factors".into());
+        } else {
+            c.shared(needed, format!("the query tile and {} key and value tiles (dynamic)", t.stages));
+            if !l.dynamic_shared || t.stages < 2 || !t.key_tile.is_multiple_of(16) {
+                c.fail(
+                    "the staged key tiles",
+                    format!("{} stages of {} (dynamic: {})", t.stages, t.key_tile, l.dynamic_shared),
+                    "two stages at least of whole 16-key tiles, in dynamic shared memory".into(),
+                );
+            }
+        }
         c.extents.push(("pos", 1));
     }
 
@@ -159,7 +178,12 @@ impl KernelOp for AttentionPrefill {
             "ldq": head_dim + t.pad, "ldv": t.key_tile + t.pad, "lds": t.key_tile + 4,
             "row_lanes": lanes, "segment": t.key_tile / lanes,
             "k_chunks": head_dim / 8, "q_chunks": head_dim / 4, "v_pairs": t.key_tile / 2,
+            "stages": t.stages, "key_tiles8": t.key_tile / 8, "dim_tiles8": head_dim / 8,
         })
+    }
+
+    fn template(&self, k: &KernelRecord) -> Option<&'static str> {
+        matches!(&k.tuning, Tuning::AttentionPrefill(t) if t.stages > 0).then_some("attention_prefill_mma")
     }
 
     fn uses_matrix_unit(&self) -> bool {
@@ -189,9 +213,15 @@ mod tests {
                 assert_eq!(errors(op(h, kv, d), target), Vec::<String>::new(), "{target} {h}/{kv}x{d}");
             }
         }
-        let sm_90 = Target::load("sm_90").expect("known");
-        assert_eq!(rules::attention_prefill(&op(9, 3, 64), &sm_90).key_tile, 64);
-        assert_eq!(rules::attention_prefill(&op(32, 8, 128), &sm_90).key_tile, 32);
+        // mma.sync targets keep the scores in registers (two stages of 64-key tiles in
+        // dynamic shared memory); the portable kernel takes the widest tile that fits.
+        let (sm_90, gfx1100) = (Target::load("sm_90").expect("known"), Target::load("gfx1100").expect("known"));
+        for shape in [op(9, 3, 64), op(32, 8, 128)] {
+            let t = rules::attention_prefill(&shape, &sm_90);
+            assert_eq!((t.key_tile, t.stages), (64, 2), "{shape:?}");
+        }
+        assert_eq!(rules::attention_prefill(&op(9, 3, 64), &gfx1100).key_tile, 64);
+        assert_eq!(rules::attention_prefill(&op(32, 8, 128), &gfx1100).key_tile, 32);
         let e = errors(op(32, 8, 72), "sm_90").join("\n");
         assert!(e.contains("head length is 72") && e.contains("a multiple of 16 from 16 to 128"), "{e}");
         let e = errors(op(32, 8, 256), "sm_90").join("\n");

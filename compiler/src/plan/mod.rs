@@ -400,6 +400,11 @@ pub struct AttentionPrefillTuning {
     /// f16 elements padding each staged row (a multiple of 8: rows stay 16-byte aligned
     /// and a tile's rows spread over the banks).
     pub pad: u32,
+    /// Key and value tiles in flight (cp.async) where the scores stay in registers as
+    /// `mma.sync` fragments (NVIDIA, `attention_prefill_mma`); 0: the portable kernel,
+    /// whose scores and weights pass through shared memory (`strata_mma16`).
+    #[serde(default, skip_serializing_if = "crate::ops::is_zero")]
+    pub stages: u32,
 }
 
 /// How [`Op::Attention`] splits a token's KV blocks (see [`rules::attention`]): a token

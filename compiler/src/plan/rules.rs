@@ -315,10 +315,21 @@ pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, c
 /// means fewer block barriers and longer runs of matrix instructions between them, and
 /// several blocks still fit an SM / CU. Where even 16 does not fit, the static check
 /// names the kernel and the limit.
+///
+/// On `mma.sync` targets with cp.async the scores stay in registers (`stages` > 0): key
+/// tiles of 64, each key and value tile copied in the background while the waves work on
+/// the one before (two stages), in dynamic shared memory.
 pub fn attention_prefill(op: &AttentionPrefill, target: &Target) -> AttentionPrefillTuning {
     let waves = WAVES_PER_BLOCK;
     let block_tokens = (16 * waves / op.group().max(1)).max(1);
-    let tuning = |key_tile| AttentionPrefillTuning { waves, block_tokens, key_tile, pad: 8 };
+    let tuning = |key_tile| AttentionPrefillTuning { waves, block_tokens, key_tile, pad: 8, stages: 0 };
+    let fragments = AttentionPrefillTuning { stages: 2, ..tuning(64) };
+    if matrix_unit(target) == MatrixUnit::MmaSync
+        && target.features.cp_async
+        && op.shared_bytes(&fragments) <= u64::from(target.device.shared_limit(true))
+    {
+        return fragments;
+    }
     [64, 32, 16]
         .into_iter()
         .map(tuning)
