@@ -77,6 +77,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("ops/gemv", include_str!("../../templates/ops/gemv.cu.hbs")),
     ("ops/gemv_q8", include_str!("../../templates/ops/gemv_q8.cu.hbs")),
     ("ops/gemm_q8", include_str!("../../templates/ops/gemm_q8.cu.hbs")),
+    ("ops/gemm_stream_k", include_str!("../../templates/ops/gemm_stream_k.cu.hbs")),
     ("ops/expert_select", include_str!("../../templates/ops/expert_select.cu.hbs")),
     ("ops/quantize_q8", include_str!("../../templates/ops/quantize_q8.cu.hbs")),
     ("ops/rmsnorm", include_str!("../../templates/ops/rmsnorm.cu.hbs")),

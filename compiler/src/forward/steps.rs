@@ -262,6 +262,10 @@ fn at(buf: Buf) -> At {
     At { buf, offset: 0 }
 }
 
+/// A stream-K GEMM's workspace arguments.
+const PARTIAL: (&str, At) = ("part", At { buf: Buf::GemmPartial, offset: 0 });
+const FLAGS: (&str, At) = ("flags", At { buf: Buf::GemmFlags, offset: 0 });
+
 /// The steps being written, with the kernels they ask about.
 struct Walk<'f, 'k> {
     f: &'f Forward,
@@ -308,20 +312,15 @@ impl Walk<'_, '_> {
                 // Stream-K kernels use the workspace; the others have no such buffers.
                 (true, Op::Gemm(_)) => self.launch(
                     op,
-                    &[
-                        ("w", *w),
-                        ("xq", xq),
-                        ("xd", xd),
-                        ("y", *y),
-                        ("part", at(Buf::GemmPartial)),
-                        ("flags", at(Buf::GemmFlags)),
-                    ],
+                    &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y), PARTIAL, FLAGS],
                     &[("tokens", Value::Count(window))],
                 ),
                 (true, _) => self.launch(op, &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y)], &[]),
-                (false, Op::Gemm(_)) => {
-                    self.launch(op, &[("w", *w), ("x", x), ("y", *y)], &[("tokens", Value::Count(window))])
-                }
+                (false, Op::Gemm(_)) => self.launch(
+                    op,
+                    &[("w", *w), ("x", x), ("y", *y), PARTIAL, FLAGS],
+                    &[("tokens", Value::Count(window))],
+                ),
                 (false, _) => self.launch(op, &[("w", *w), ("x", x), ("y", *y)], &[]),
             }
         }

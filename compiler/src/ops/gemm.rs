@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch_dynamic, per, scalar, workspace};
 use crate::plan::rules::{self, MAX_TOKENS};
-use crate::plan::{Dim, Elem, Extent, GemmQ8Tuning, GemmTuning, KernelRecord, Options, Tuning};
+use crate::plan::{Buffer, Dim, Elem, Extent, GemmQ8Tuning, GemmTuning, KernelRecord, Options, Tuning};
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -34,8 +34,14 @@ pub const STAGES: u32 = 2;
 impl Gemm {
     /// Shared bytes of a tuning for weights of `quant`: the weight and input tiles in
     /// f16, rows padded, in [`STAGES`] buffers, then `raw_stages` super-steps of raw
-    /// weight rows ([`Gemm::raw_slot`] bytes each).
+    /// weight rows ([`Gemm::raw_slot`] bytes each) and, stream-K, the word that tells the
+    /// block whether it sums a split tile.
     pub fn shared_bytes(quant: GgmlType, t: &GemmTuning) -> u32 {
+        Gemm::word_at(quant, t) + if t.blocks > 0 { 16 } else { 0 }
+    }
+
+    /// Where the stream-K word lies in a GEMM's shared memory: after the rest.
+    pub fn word_at(quant: GgmlType, t: &GemmTuning) -> u32 {
         STAGES * (t.tile_rows + t.tile_tokens) * (t.tile_k + t.pad) * 2
             + t.raw_stages * t.tile_rows * Gemm::raw_slot(quant, t.raw_k)
     }
@@ -75,11 +81,11 @@ impl Gemm {
             + t.table_bytes
     }
 
-    /// Elements of a stream-K int8 GEMM's workspace, (partial tiles, arrival counts): two
+    /// Elements of a stream-K GEMM's workspace, (partial tiles, arrival counts): two
     /// partial tiles a block (the tiles its share of super-steps starts and ends in) and
     /// one count a block (a split tile's, kept by the block that starts it).
-    pub fn stream_k_workspace(t: &GemmQ8Tuning) -> (u64, u64) {
-        (u64::from(t.blocks) * 2 * u64::from(t.tile_rows) * u64::from(t.tile_tokens), u64::from(t.blocks))
+    pub fn stream_k_workspace(blocks: u32, tile_rows: u32, tile_tokens: u32) -> (u64, u64) {
+        (u64::from(blocks) * 2 * u64::from(tile_rows) * u64::from(tile_tokens), u64::from(blocks))
     }
 }
 
@@ -92,12 +98,18 @@ impl KernelOp for Gemm {
     fn record(&self, target: &Target, options: &Options) -> Parts {
         let Gemm { quant, rows, cols } = *self;
         let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
-        let grid = |tile_rows: u32, tile_tokens: u32| {
-            [
-                Dim::Fixed(rows.div_ceil(tile_rows)),
-                Dim::Runtime { arg: "tokens".into(), per_block: tile_tokens },
-                Dim::Fixed(1),
-            ]
+        // One block a tile, or stream-K's blocks and their workspace.
+        let grid = |blocks: u32, tile_rows: u32, tile_tokens: u32, buffers: &mut Vec<Buffer>| {
+            if blocks == 0 {
+                return [
+                    Dim::Fixed(rows.div_ceil(tile_rows)),
+                    Dim::Runtime { arg: "tokens".into(), per_block: tile_tokens },
+                    Dim::Fixed(1),
+                ];
+            }
+            let (part, flags) = Gemm::stream_k_workspace(blocks, tile_rows, tile_tokens);
+            buffers.extend([workspace("part", Elem::F32, part), workspace("flags", Elem::I32, flags)]);
+            [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)]
         };
         let threads = |waves: u32| waves * target.device.wave_size;
         let w = buffer("w", Elem::U8, fixed_len(u64::from(rows) * row_bytes), false);
@@ -111,14 +123,7 @@ impl KernelOp for Gemm {
                 buffer("xd", Elem::F32, per("tokens", cols / 16), false),
                 y,
             ];
-            let grid = match t.blocks {
-                0 => grid(t.tile_rows, t.tile_tokens),
-                blocks => {
-                    let (part, flags) = Gemm::stream_k_workspace(&t);
-                    buffers.extend([workspace("part", Elem::F32, part), workspace("flags", Elem::I32, flags)]);
-                    [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)]
-                }
-            };
+            let grid = grid(t.blocks, t.tile_rows, t.tile_tokens, &mut buffers);
             return Parts {
                 launch: launch_dynamic(target, grid, threads(t.waves), shared),
                 tuning: Tuning::GemmQ8(t),
@@ -128,10 +133,12 @@ impl KernelOp for Gemm {
         }
         let t = rules::gemm(target, options, quant, cols);
         let shared = Gemm::shared_bytes(quant, &t);
+        let mut buffers = vec![w, buffer("x", Elem::F32, per("tokens", cols), false), y];
+        let grid = grid(t.blocks, t.tile_rows, t.tile_tokens, &mut buffers);
         Parts {
-            launch: launch_dynamic(target, grid(t.tile_rows, t.tile_tokens), threads(t.waves), shared),
+            launch: launch_dynamic(target, grid, threads(t.waves), shared),
             tuning: Tuning::Gemm(t),
-            buffers: vec![w, buffer("x", Elem::F32, per("tokens", cols), false), y],
+            buffers,
             scalars,
         }
     }
@@ -241,9 +248,14 @@ impl KernelOp for Gemm {
                 format!("{tile_rows}x{tile_tokens} tiles in {wave_rows}x{wave_tokens} per wave"),
             );
         }
-        match &k.tuning {
-            Tuning::GemmQ8(t) if t.blocks > 0 => check_stream_k(k, t, c),
-            _ => {
+        let blocks = match &k.tuning {
+            Tuning::GemmQ8(t) => t.blocks,
+            Tuning::Gemm(t) => t.blocks,
+            _ => 0,
+        };
+        match blocks {
+            1.. => check_stream_k(k, blocks, tile_rows, tile_tokens, c),
+            0 => {
                 if c.grid_x().saturating_mul(u64::from(tile_rows)) < u64::from(rows) {
                     c.fail("rows covered by the grid", c.grid_x().to_string(), format!("the matrix has {rows}"));
                 }
@@ -293,7 +305,7 @@ impl KernelOp for Gemm {
         let x_vectors = t.tile_tokens * (t.tile_k / 4);
         let raw_slot = Gemm::raw_slot(quant, t.raw_k);
         let raw_tasks = t.tile_rows * (raw_slot / 16);
-        json!({
+        let context = json!({
             "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(), "unit": t.unit.name(),
             "rows": rows, "cols": cols, "row_bytes": quant.row_bytes(u64::from(cols)).unwrap_or(0),
             "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
@@ -312,7 +324,9 @@ impl KernelOp for Gemm {
             "w_tasks": w_tasks, "w_per_thread": w_tasks.div_ceil(threads), "w_ragged": !w_tasks.is_multiple_of(threads),
             "x_per_thread": x_vectors.div_ceil(threads), "x_vectors": x_vectors,
             "x_ragged": !x_vectors.is_multiple_of(threads),
-        })
+        });
+        let acc = wave_rows / 16 * (wave_tokens / 16) * (256 / k.launch.wave_size.max(1));
+        super::merge(context, stream_k_context(k, rows, (t.blocks, t.tile_rows), Gemm::word_at(quant, t), acc))
     }
 
     fn uses_matrix_unit(&self) -> bool {
@@ -326,12 +340,12 @@ impl KernelOp for Gemm {
 
 /// A stream-K GEMM's grid and workspace: `blocks` blocks along x (they walk every
 /// tile, whatever the rows and tokens), and the partial tiles and counts they need.
-fn check_stream_k(k: &KernelRecord, t: &GemmQ8Tuning, c: &mut Checker) {
-    let grid = [Dim::Fixed(t.blocks), Dim::Fixed(1), Dim::Fixed(1)];
+fn check_stream_k(k: &KernelRecord, blocks: u32, tile_rows: u32, tile_tokens: u32, c: &mut Checker) {
+    let grid = [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)];
     if k.launch.grid != grid {
-        c.fail("the stream-K grid", format!("{:?}", k.launch.grid), format!("{} blocks along x", t.blocks));
+        c.fail("the stream-K grid", format!("{:?}", k.launch.grid), format!("{blocks} blocks along x"));
     }
-    let (part, flags) = Gemm::stream_k_workspace(t);
+    let (part, flags) = Gemm::stream_k_workspace(blocks, tile_rows, tile_tokens);
     for (name, elem, n) in [("part", Elem::F32, part), ("flags", Elem::I32, flags)] {
         let ok = k
             .buffers
@@ -395,19 +409,70 @@ fn q8_context(k: &KernelRecord, quant: GgmlType, rows: u32, cols: u32, t: &GemmQ
         "w_tasks": w_tasks, "w_per_thread": w_tasks.div_ceil(threads), "w_ragged": !w_tasks.is_multiple_of(threads),
         "wave_rows": wave_rows, "wave_tokens": wave_tokens, "waves_t": (t.tile_tokens / wave_tokens).max(1),
         "wm": wave_rows / 16, "wn": wave_tokens / 8, "min_blocks": t.min_blocks,
-        "stream_k": t.blocks > 0, "blocks": t.blocks, "row_tiles": rows.div_ceil(t.tile_rows.max(1)),
-        "word_at": Gemm::q8_word_at(quant, t), "part_len": fixed(k, "part"), "acc": wave_rows / 16 * (wave_tokens / 8) * 4,
         "table": table.map(|(name, _, _)| name),
         "table_type": table.map(|(_, bytes, _)| if bytes == 8 { "u64" } else { "u32" }),
         "table_len": table.map(|(_, _, n)| n),
     });
-    super::merge(shape, staging)
+    let acc = wave_rows / 16 * (wave_tokens / 8) * 4;
+    let stream_k = stream_k_context(k, rows, (t.blocks, t.tile_rows), Gemm::q8_word_at(quant, t), acc);
+    super::merge(super::merge(shape, staging), stream_k)
+}
+
+/// The context of both templates' driver (`templates/ops/gemm_stream_k.cu.hbs`): stream-K
+/// where `blocks` > 0, each thread's `acc` accumulators stored in a partial tile.
+fn stream_k_context(k: &KernelRecord, rows: u32, (blocks, tile_rows): (u32, u32), word_at: u32, acc: u32) -> Value {
+    json!({
+        "stream_k": blocks > 0, "blocks": blocks, "row_tiles": rows.div_ceil(tile_rows.max(1)),
+        "word_at": word_at, "part_len": fixed(k, "part"), "acc": acc,
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{q8_decoder, q8_decoder_terms};
-    use crate::plan::rules::INT8_DOT;
+    use super::{Gemm, q8_decoder, q8_decoder_terms};
+    use crate::ops::Op;
+    use crate::plan::rules::{self, INT8_DOT};
+    use crate::plan::{Dim, Extent, Options, Plan, Tuning};
+    use crate::quant::GgmlType;
+    use crate::target::Target;
+
+    /// Both GEMMs walk the tiles stream-K on NVIDIA, one block an SM, with the workspace
+    /// their grid needs; AMD, and `stream_k: false`, keep one block a tile and no
+    /// workspace. A record whose workspace does not match its grid fails the check.
+    #[test]
+    fn stream_k_where_measured_with_its_workspace() {
+        for (quant, int8) in [(GgmlType::Q4_0, true), (GgmlType::Q5_0, false)] {
+            let op = Op::Gemm(Gemm { quant, rows: 4096, cols: 4096 });
+            for (name, stream_k) in [("sm_90", true), ("sm_86", true), ("gfx1100", false), ("gfx90a", false)] {
+                let target = Target::load(name).expect("known");
+                for options in [Options::default(), Options { stream_k: false, ..Options::default() }] {
+                    let k = rules::kernel_with(op.clone(), &target, &options);
+                    let (blocks, tile) = match &k.tuning {
+                        Tuning::GemmQ8(t) => (t.blocks, (t.tile_rows, t.tile_tokens)),
+                        Tuning::Gemm(t) => (t.blocks, (t.tile_rows, t.tile_tokens)),
+                        other => panic!("{other:?}"),
+                    };
+                    assert_eq!(matches!(k.tuning, Tuning::GemmQ8(_)), int8 && stream_k, "{name} {quant}");
+                    let want = if stream_k && options.stream_k { target.device.compute_units } else { 0 };
+                    assert_eq!(blocks, want, "{name} {quant}");
+                    let part = k.buffers.iter().find(|b| b.name == "part");
+                    assert_eq!(part.is_some(), want > 0, "{name} {quant}");
+                    if want > 0 {
+                        assert_eq!(k.launch.grid, [Dim::Fixed(want), Dim::Fixed(1), Dim::Fixed(1)]);
+                        let (n, _) = Gemm::stream_k_workspace(want, tile.0, tile.1);
+                        assert_eq!(part.map(|b| &b.extent), Some(&Extent::Fixed(n)));
+                    }
+                }
+            }
+        }
+        let target = Target::load("sm_90").expect("known");
+        let mut k = rules::kernel(Op::Gemm(Gemm { quant: GgmlType::Q4_0, rows: 4096, cols: 4096 }), &target);
+        let plan = |k| Plan { target: "sm_90".into(), options: Options::default(), kernels: vec![k] };
+        assert!(crate::check::check(&plan(k.clone()), &target).is_empty());
+        k.buffers.retain(|b| b.name != "flags");
+        let errors: Vec<String> = crate::check::check(&plan(k), &target).iter().map(ToString::to_string).collect();
+        assert!(errors.iter().any(|e| e.contains("the workspace flags")), "{errors:?}");
+    }
 
     /// The terms the int8 GEMM assumes of each decoder are the ones its source sets: an
     /// offset unless its last word on `c.b` is `c.b = 0.0f`, half scales unless it (or

@@ -339,6 +339,10 @@ pub struct GemmTuning {
     /// Super-steps of raw weights in flight in shared memory (at least 2): the block
     /// copies super-step n + raw_stages - 1 while it decodes super-step n.
     pub raw_stages: u32,
+    /// Blocks of the grid where they walk the tiles stream-K (as [`GemmQ8Tuning::blocks`]);
+    /// 0 gives one block a tile.
+    #[serde(default, skip_serializing_if = "crate::ops::is_zero")]
+    pub blocks: u32,
 }
 
 /// Tiles of an int8 [`Op::Gemm`] (see [`rules::gemm_q8`]): the input arrives quantized
@@ -381,7 +385,7 @@ pub struct GemmQ8Tuning {
     /// split tile's blocks to finish sums its partial tiles in block order. This keeps
     /// every SM busy where the tiles leave the last wave part-empty (a 1024-row matrix
     /// at 512 tokens is 32 tiles for 132 SMs).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "crate::ops::is_zero")]
     pub blocks: u32,
 }
 
