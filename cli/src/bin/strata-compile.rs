@@ -88,7 +88,7 @@ struct CompileArgs {
     /// registers) instead of the rule's (tuning sweeps).
     #[arg(long, value_name = "BLOCKS", value_parser = clap::value_parser!(u32).range(1..=4))]
     gemm_blocks: Option<u32>,
-    /// One block a tile for the int8 GEMMs instead of stream-K (as many blocks as the
+    /// One block a tile for the GEMMs instead of stream-K (NVIDIA: as many blocks as the
     /// SMs hold, the tiles' steps split among them), for comparisons.
     #[arg(long)]
     no_stream_k: bool,

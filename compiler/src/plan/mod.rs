@@ -65,8 +65,9 @@ pub struct Options {
     /// caps its registers) instead of the rule's (tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemm_blocks: Option<u32>,
-    /// Whether int8 GEMMs run as many blocks as the SMs hold and split the tiles' steps
-    /// among them (stream-K, [`GemmQ8Tuning::blocks`]) instead of one block a tile.
+    /// Whether GEMMs on NVIDIA run as many blocks as the SMs hold and split the tiles'
+    /// steps among them (stream-K, [`GemmQ8Tuning::blocks`], [`GemmTuning::blocks`])
+    /// instead of one block a tile.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub stream_k: bool,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)

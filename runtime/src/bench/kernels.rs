@@ -230,9 +230,9 @@ impl Model {
             };
             let mut args = vec![("w", Arg::Buf(w, 0)), ("y", Arg::Buf(y, 0)), ("tokens", Arg::U32(tokens))];
             // A stream-K GEMM's workspace, zeroed as the model hands it over.
-            let workspace = spec.buffers.iter().filter(|b| b.workspace).map(|w| match w.extent {
-                Extent::Fixed(n) => (w.name.as_str(), vec![0; (n * w.elem.bytes()) as usize]),
-                Extent::PerArg { .. } => (w.name.as_str(), Vec::new()),
+            let workspace = spec.buffers.iter().filter(|b| b.workspace).filter_map(|w| match w.extent {
+                Extent::Fixed(n) => Some((w.name.as_str(), vec![0; usize::try_from(n * w.elem.bytes()).ok()?])),
+                Extent::PerArg { .. } => None,
             });
             for (name, bytes) in inputs.into_iter().chain(workspace) {
                 let buf = b.alloc(bytes.len())?;
