@@ -251,7 +251,8 @@ pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> G
 /// SM: asking for two capped the registers at 128 and ptxas spilled (pp512 33% slower on
 /// an H100, docs/PERFORMANCE.md); `options.gemm_blocks` sweeps it. The grid is as many
 /// blocks as the target's SMs hold, walking the tiles stream-K ([`GemmQ8Tuning::blocks`]),
-/// unless `options.stream_k` is off.
+/// unless `options.stream_k` is off. The count is the target's (`compute_units`): a
+/// smaller part of the same architecture runs the blocks in more than one wave.
 pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, cols: u32) -> Option<GemmQ8Tuning> {
     let d = &target.device;
     let row_bytes = quant.row_bytes(u64::from(cols))?;
