@@ -424,6 +424,7 @@ fn stream_k_context(k: &KernelRecord, rows: u32, (blocks, tile_rows): (u32, u32)
     json!({
         "stream_k": blocks > 0, "blocks": blocks, "row_tiles": rows.div_ceil(tile_rows.max(1)),
         "word_at": word_at, "part_len": fixed(k, "part"), "acc": acc,
+        "whole_eighths": rules::STREAM_K_WHOLE_EIGHTHS,
     })
 }
 

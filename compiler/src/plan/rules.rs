@@ -204,9 +204,7 @@ pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> G
         pad,
         raw_k,
         raw_stages,
-        // Stream-K where it was measured (NVIDIA); AMD keeps one block a tile (on the
-        // wave64 MFMA kernels it also cost stack: 11 bytes on gfx90a).
-        blocks: if options.stream_k && target.vendor == Vendor::Nvidia { d.compute_units } else { 0 },
+        blocks: stream_k_blocks(target, options, 1),
     };
     let most_stages = if target.features.cp_async { 3 } else { 2 };
     let fits = |t: &GemmTuning| {
@@ -308,10 +306,23 @@ pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, c
         let fit = two.or_else(|| candidates.iter().find(|t| shared(t) <= limit).map(|t| (t, 1)));
         fit.map(|(t, fits)| {
             let min_blocks = options.gemm_blocks.unwrap_or(1).min(fits);
-            let blocks = if options.stream_k { d.compute_units * min_blocks } else { 0 };
-            GemmQ8Tuning { min_blocks, blocks, ..t.clone() }
+            GemmQ8Tuning { min_blocks, blocks: stream_k_blocks(target, options, min_blocks), ..t.clone() }
         })
     })
+}
+
+/// Eighths of a wave of tiles from which a chunk's last wave is taken whole rather than
+/// split stream-K (the tiles of a 4096-row matrix at 512 tokens, 128 for 132 SMs).
+pub const STREAM_K_WHOLE_EIGHTHS: u32 = 7;
+
+/// The grid of a stream-K GEMM holding `per_sm` blocks an SM: one wave of them on the
+/// target's SMs, where it was measured (NVIDIA) and `options.stream_k`; else 0, one block
+/// a tile (AMD: unmeasured, and the wave64 MFMA kernel took 11 bytes of stack on gfx90a).
+pub fn stream_k_blocks(target: &Target, options: &Options, per_sm: u32) -> u32 {
+    match options.stream_k && target.vendor == Vendor::Nvidia {
+        true => target.device.compute_units * per_sm,
+        false => 0,
+    }
 }
 
 /// Prefill attention's tiles for `op` on `target`: [`WAVES_PER_BLOCK`] waves of 16 query
