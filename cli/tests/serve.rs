@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 mod serve_harness;
 
-use serve_harness::Server;
+use serve_harness::{Server, THINKING_TEMPLATE};
 
 const PROMPT: &str = "The capital of France is";
 
@@ -216,16 +216,15 @@ fn bad_input_gets_an_openai_style_4xx() {
         // Fields strata does not act on are refused by name, not ignored.
         (
             "/v1/chat/completions",
-            json!({ "messages": [{ "role": "user", "content": "hi" }], "tools": [] }).to_string(),
+            json!({ "messages": [{ "role": "user", "content": "hi" }], "functions": [] }).to_string(),
             400,
-            "'tools': tool calling",
+            "'functions': the deprecated",
         ),
         (
-            "/v1/chat/completions",
-            json!({ "messages": [{ "role": "user", "content": "hi" }], "response_format": { "type": "json_object" } })
-                .to_string(),
+            "/v1/completions",
+            json!({ "prompt": PROMPT, "tools": [] }).to_string(),
             400,
-            "'response_format': structured output",
+            "'tools': strata does not support",
         ),
         (
             "/v1/completions",
@@ -238,7 +237,7 @@ fn bad_input_gets_an_openai_style_4xx() {
             "/v1/chat/completions",
             json!({ "messages": [{ "role": "tool", "content": "4" }] }).to_string(),
             400,
-            "tool messages",
+            "needs the 'tool_call_id'",
         ),
         ("/v1/completions", json!({ "prompt": PROMPT, "logit_bias": { "12": 101 } }).to_string(), 400, "-100 to 100"),
         ("/v1/completions", json!({ "prompt": PROMPT, "logit_bias": { "x": 1 } }).to_string(), 400, "token ids"),
@@ -556,10 +555,6 @@ fn api_key_from_the_environment_and_its_precedence() {
         assert!(stderr.contains(says), "{args:?} {env:?}: {stderr}");
     }
 }
-
-/// A thinking template in the Qwen3 style: the generation prompt opens a `<think>` block,
-/// or with `enable_thinking` false closes an empty one, as Qwen3's own template does.
-const THINKING_TEMPLATE: &str = "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}{%- endif %}";
 
 #[test]
 fn thinking_comes_back_as_reasoning_content_streamed_or_not_and_can_be_turned_off() {

@@ -6,19 +6,30 @@ use std::sync::{Arc, Mutex};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, Error, ErrorKind, context};
 
-/// One turn of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+/// One turn of a conversation, as templates read it (OpenAI's message shape).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Message {
-    /// "system", "user" or "assistant" (templates may accept others).
+    /// "system", "user", "assistant" or "tool" (templates may accept others).
     pub role: String,
     /// The text of the turn.
     pub content: String,
+    /// An assistant turn's tool calls: `{id, type, function: {name, arguments}}` with
+    /// `arguments` an object (templates index it or write it with `tojson`, as vLLM and
+    /// llama.cpp hand it to them). Absent when empty, so `message.tool_calls` tests false.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<serde_json::Value>,
+    /// A tool turn: the call it answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A tool turn: the function that answered (templates that name it read `name`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl Message {
     /// A message with this role and content.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: content.into() }
+        Message { role: role.into(), content: content.into(), ..Message::default() }
     }
 }
 
@@ -52,8 +63,8 @@ pub fn render(
 }
 
 /// [`render`] with a request's own template variables beside the standard ones
-/// (OpenAI-compatible servers' `chat_template_kwargs`, such as Qwen3's `enable_thinking`);
-/// the standard ones win a clash.
+/// (OpenAI-compatible servers' `chat_template_kwargs`, such as Qwen3's `enable_thinking`,
+/// and a request's `tools`); the standard ones win a clash.
 pub fn render_with(
     template: &str,
     messages: &[Message],
@@ -70,6 +81,7 @@ pub fn render_with(
         .map_err(|e| ChatError::Syntax(describe(&e)))?;
     env.set_syntax(syntax);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_filter("tojson", tojson);
     let raised: Arc<Mutex<Option<String>>> = Arc::default();
     let seen = Arc::clone(&raised);
     env.add_function("raise_exception", move |message: String| -> Result<String, Error> {
@@ -90,6 +102,48 @@ pub fn render_with(
         Some(message) => ChatError::Raised(message),
         None => ChatError::Render(describe(&e)),
     })
+}
+
+/// `tojson` as transformers defines it for chat templates (Python's `json.dumps`): keys
+/// in their order, `", "` and `": "` between items, or `indent` spaces a level; nothing
+/// HTML-escaped (minijinja's own escapes `<`, which would change a tool's description).
+fn tojson(value: &minijinja::Value, kwargs: minijinja::value::Kwargs) -> Result<minijinja::Value, Error> {
+    use serde::Serialize;
+    let indent: Option<usize> = kwargs.get("indent")?;
+    // Accepted as transformers' filter accepts them; their effect is the default here.
+    let _: Option<minijinja::Value> = kwargs.get("ensure_ascii")?;
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let written = match indent {
+        Some(n) => {
+            let spaces = vec![b' '; n];
+            let mut ser = serde_json::Serializer::with_formatter(
+                &mut out,
+                serde_json::ser::PrettyFormatter::with_indent(&spaces),
+            );
+            value.serialize(&mut ser)
+        }
+        None => value.serialize(&mut serde_json::Serializer::with_formatter(&mut out, PythonSeparators)),
+    };
+    written.map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    Ok(minijinja::Value::from_safe_string(String::from_utf8_lossy(&out).into_owned()))
+}
+
+/// serde_json's compact layout with Python's default separators.
+struct PythonSeparators;
+
+impl serde_json::ser::Formatter for PythonSeparators {
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
 }
 
 /// One line: what went wrong and where in the template.
@@ -138,6 +192,29 @@ mod tests {
         assert!(matches!(err, ChatError::Syntax(_)), "{err}");
         let err = render("{{ messages | nosuchfilter }}", &[], false, "", "").unwrap_err();
         assert!(err.to_string().contains("nosuchfilter"), "{err}");
+    }
+
+    #[test]
+    fn tools_and_tool_turns_reach_the_template_as_transformers_writes_them() {
+        let t = "{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}\
+                 {% for m in messages %}{{ m.role }}:{% if m.tool_calls %}{% for c in m.tool_calls %}\
+                 {{ c.function.name }}{{ c.function.arguments | tojson }}{% endfor %}{% else %}{{ m.content }}{% endif %}\
+                 {% if m.tool_call_id %}#{{ m.tool_call_id }}{% endif %}\n{% endfor %}{{ {'b': [1, 2]} | tojson(indent=2) }}";
+        let tool = serde_json::json!({ "type": "function", "function": { "name": "f", "description": "a < b" } });
+        let call = serde_json::json!({ "id": "c1", "type": "function", "function": { "name": "f", "arguments": { "z": 1, "a": "x" } } });
+        let msgs = [
+            Message::new("user", "hi"),
+            Message { tool_calls: vec![call], ..Message::new("assistant", "") },
+            Message { tool_call_id: Some("c1".into()), ..Message::new("tool", "42") },
+        ];
+        let mut extra = serde_json::Map::new();
+        extra.insert("tools".into(), serde_json::json!([tool]));
+        let out = render_with(t, &msgs, false, "", "", &extra).unwrap();
+        assert_eq!(
+            out,
+            "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"a < b\"}}\n\
+             user:hiassistant:f{\"z\": 1, \"a\": \"x\"}tool:42#c1{\n  \"b\": [\n    1,\n    2\n  ]\n}"
+        );
     }
 
     #[test]

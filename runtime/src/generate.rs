@@ -1,12 +1,13 @@
 //! Running a session: prefill in chunks, then decode (greedy through the captured decode
-//! step, sampled otherwise; several tokens a step with speculative decoding); scoring
-//! every position of a prompt; perplexity over a text.
+//! step, sampled otherwise; several tokens a step with speculative decoding; one token a
+//! step under a grammar); scoring every position of a prompt; perplexity over a text.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::backend::RunError;
-use crate::model::{ExpertStats, Logits};
+use crate::constrain::Constraint;
+use crate::model::{ExpertStats, Logits, Model};
 use crate::sampler::{self, Sampler};
 use crate::session::Session;
 use crate::speculative::{SpecStats, Speculator};
@@ -133,6 +134,65 @@ pub fn generate_after(
     stats.decoded = generated.len().saturating_sub(1);
     stats.spec = spec.stats();
     Ok(stats)
+}
+
+/// [`generate`] under a grammar: each token drawn from logits masked by `constraint`,
+/// one token a step (no speculation: a draft's tokens would each need their own mask),
+/// the next mask computed while the model reads the token ([`forward_constrained`]).
+/// Generation ends at an end-of-generation token, which the grammar allows only once
+/// the output is complete.
+pub fn generate_constrained(
+    s: &mut Session,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampler: &mut Sampler,
+    constraint: &mut Constraint,
+    on_token: &mut dyn FnMut(&Tokenizer, u32) -> bool,
+) -> Result<Stats, RunError> {
+    s.model.reset();
+    let max_tokens = max_tokens.min((s.model.n_ctx() as usize).saturating_sub(prompt.len()));
+    let mut stats = Stats { prompt_tokens: prompt.len(), ..Stats::default() };
+    let start = Instant::now();
+    prefill(s, prompt)?;
+    stats.prefill = start.elapsed();
+    let start = Instant::now();
+    let (mut history, mut generated) = (prompt.to_vec(), Vec::new());
+    let step_err = |e: crate::constrain::ConstraintError| RunError::Other(e.to_string());
+    while generated.len() < max_tokens {
+        let mut logits = s.model.logits(1)?;
+        constraint.mask(&mut logits).map_err(step_err)?;
+        let token = sampler.sample_with(&logits, &history, &generated);
+        if s.tokenizer.is_eog(token) {
+            break;
+        }
+        constraint.accept(token).map_err(step_err)?;
+        if !on_token(&s.tokenizer, token) {
+            break;
+        }
+        generated.push(token);
+        history.push(token);
+        if generated.len() < max_tokens {
+            forward_constrained(&mut s.model, token, constraint)?;
+        }
+    }
+    stats.decode = start.elapsed();
+    stats.decoded = generated.len().saturating_sub(1);
+    Ok(stats)
+}
+
+/// Reads `token` into the model while `constraint` computes its next mask on another
+/// thread: the mask depends on the tokens so far, not on the logits, so on a GPU the
+/// grammar costs no time at all.
+pub fn forward_constrained(model: &mut Model, token: u32, constraint: &mut Constraint) -> Result<(), RunError> {
+    let (forward, prepared) = std::thread::scope(|scope| {
+        let mask = scope.spawn(|| constraint.prepare());
+        (model.forward(&[token], Logits::Last), mask.join())
+    });
+    forward?;
+    match prepared {
+        Ok(done) => done.map_err(|e| RunError::Other(e.to_string())),
+        Err(_) => Err(RunError::Other("the grammar's thread panicked".into())),
+    }
 }
 
 /// One scored position: its token and the highest (id, logit) pairs there.

@@ -5,6 +5,7 @@ pub mod artifacts;
 pub mod backend;
 pub mod bench;
 pub mod chat;
+pub mod constrain;
 pub mod generate;
 pub mod kernels;
 pub mod model;

@@ -89,6 +89,28 @@ pub struct Request {
     /// Whether a thinking block in the reply goes to `reasoning_content` (every
     /// `reasoning_format` but "none").
     pub split_reasoning: bool,
+    /// The function tools the model may call (`tools`), as given.
+    pub tools: Vec<Value>,
+    /// Whether and which tools the reply calls (`tool_choice`).
+    pub tool_choice: ToolChoice,
+    /// Whether a forced reply may hold several calls (`parallel_tool_calls`, default true).
+    pub parallel_tool_calls: bool,
+    /// The JSON schema the reply must follow (`response_format` json_object or
+    /// json_schema), enforced by constrained decoding.
+    pub json_schema: Option<Value>,
+}
+
+/// OpenAI's `tool_choice`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// No tool call: the tools are not shown to the model (the default without tools).
+    None,
+    /// The model decides (the default with tools).
+    Auto,
+    /// At least one call, forced by a grammar.
+    Required,
+    /// One call of this function, forced by a grammar.
+    Function(String),
 }
 
 fn number(o: &Map<String, Value>, key: &str, min: f64, max: f64) -> Result<Option<f64>, ApiError> {
@@ -143,7 +165,7 @@ fn content(v: &Value, at: &str) -> Result<String, ApiError> {
 
 /// The request fields both endpoints read. `user` (an end-user id for the provider's abuse
 /// monitoring) is taken and has nothing to do here.
-const COMMON_FIELDS: [&str; 17] = [
+const COMMON_FIELDS: [&str; 18] = [
     "model",
     "max_tokens",
     "temperature",
@@ -161,17 +183,14 @@ const COMMON_FIELDS: [&str; 17] = [
     "logit_bias",
     "user",
     "max_completion_tokens",
+    "response_format",
 ];
 
 /// Fields strata does not act on, and why; any other unknown field is refused too, so a
 /// client never gets an answer that silently ignored part of its request.
-const REFUSED: [(&str, &str); 12] = [
-    ("tools", "tool calling is not supported yet"),
-    ("tool_choice", "tool calling is not supported yet"),
-    ("parallel_tool_calls", "tool calling is not supported yet"),
-    ("functions", "function calling is not supported"),
-    ("function_call", "function calling is not supported"),
-    ("response_format", "structured output (response_format) is not supported yet"),
+const REFUSED: [(&str, &str); 8] = [
+    ("functions", "the deprecated 'functions' is not supported: use 'tools'"),
+    ("function_call", "the deprecated 'function_call' is not supported: use 'tool_choice'"),
     ("echo", "echoing the prompt is not supported"),
     ("suffix", "suffixes (fill-in-the-middle) are not supported"),
     ("best_of", "best_of is not supported: strata returns one choice"),
@@ -183,7 +202,16 @@ const REFUSED: [(&str, &str); 12] = [
 /// Refuses the first field of `o` this endpoint does not read, naming it.
 fn refuse_unknown(o: &Map<String, Value>, chat: bool) -> Result<(), ApiError> {
     let own: &[&str] = if chat {
-        &["messages", "top_logprobs", "chat_template_kwargs", "enable_thinking", "reasoning_format"]
+        &[
+            "messages",
+            "top_logprobs",
+            "chat_template_kwargs",
+            "enable_thinking",
+            "reasoning_format",
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+        ]
     } else {
         &["prompt"]
     };
@@ -243,23 +271,7 @@ pub fn parse(body: &[u8], chat: bool) -> Result<Request, ApiError> {
             return Err(ApiError::field("messages", "'messages' must not be empty"));
         }
         for (i, m) in list.iter().enumerate() {
-            let at = format!("messages[{i}]");
-            let role = match m.get("role").and_then(Value::as_str) {
-                Some(r @ ("system" | "user" | "assistant")) => r.to_owned(),
-                Some("developer") => "system".to_owned(),
-                Some("tool") => {
-                    return Err(ApiError::field(
-                        &format!("{at}.role"),
-                        "tool messages: tool calling is not supported yet",
-                    ));
-                }
-                _ => return Err(ApiError::field(&at, format!("'{at}.role' must be system, user or assistant"))),
-            };
-            if m.get("tool_calls").is_some_and(|v| !v.is_null()) {
-                return Err(ApiError::field(&format!("{at}.tool_calls"), "tool calling is not supported yet"));
-            }
-            let text = content(m.get("content").unwrap_or(&Value::Null), &format!("{at}.content"))?;
-            messages.push(Message { role, content: text });
+            messages.push(message(m, &format!("messages[{i}]"))?);
         }
     } else {
         prompt = match o.get("prompt") {
@@ -331,6 +343,19 @@ pub fn parse(body: &[u8], chat: bool) -> Result<Request, ApiError> {
             ));
         }
     };
+    let tools = if chat { tools(&o)? } else { Vec::new() };
+    let tool_choice = tool_choice(&o, &tools)?;
+    let parallel_tool_calls = match o.get("parallel_tool_calls") {
+        None | Some(Value::Null) => true,
+        _ => boolean(&o, "parallel_tool_calls")?,
+    };
+    let json_schema = response_format(&o)?;
+    if json_schema.is_some() && matches!(tool_choice, ToolChoice::Required | ToolChoice::Function(_)) {
+        return Err(ApiError::field(
+            "response_format",
+            "'response_format' cannot be enforced together with a forced tool call ('tool_choice')",
+        ));
+    }
     Ok(Request {
         model,
         messages,
@@ -343,5 +368,158 @@ pub fn parse(body: &[u8], chat: bool) -> Result<Request, ApiError> {
         logprobs,
         template_kwargs,
         split_reasoning,
+        tools,
+        tool_choice,
+        parallel_tool_calls,
+        json_schema,
     })
+}
+
+/// One chat message: system (or developer), user, assistant (with `tool_calls`, whose
+/// JSON `arguments` reach the template as objects) or tool (with `tool_call_id`).
+fn message(m: &Value, at: &str) -> Result<Message, ApiError> {
+    let role = match m.get("role").and_then(Value::as_str) {
+        Some(r @ ("system" | "user" | "assistant" | "tool")) => r.to_owned(),
+        Some("developer") => "system".to_owned(),
+        _ => return Err(ApiError::field(at, format!("'{at}.role' must be system, user, assistant or tool"))),
+    };
+    let mut message = Message::new(role, content(m.get("content").unwrap_or(&Value::Null), &format!("{at}.content"))?);
+    match m.get("tool_calls") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(calls)) if message.role == "assistant" => {
+            for (j, call) in calls.iter().enumerate() {
+                message.tool_calls.push(tool_call(call, &format!("{at}.tool_calls[{j}]"))?);
+            }
+        }
+        Some(_) => {
+            return Err(ApiError::field(
+                &format!("{at}.tool_calls"),
+                format!("'{at}.tool_calls' must be an array, on an assistant message"),
+            ));
+        }
+    }
+    if message.role == "tool" {
+        let Some(Value::String(id)) = m.get("tool_call_id") else {
+            return Err(ApiError::field(
+                &format!("{at}.tool_call_id"),
+                format!("'{at}' needs the 'tool_call_id' it answers"),
+            ));
+        };
+        message.tool_call_id = Some(id.clone());
+        message.name = m.get("name").and_then(Value::as_str).map(str::to_owned);
+    }
+    Ok(message)
+}
+
+/// An assistant message's tool call, `arguments` parsed (a string that is not JSON stays
+/// a string: the model wrote it so).
+fn tool_call(call: &Value, at: &str) -> Result<Value, ApiError> {
+    let bad = || {
+        ApiError::field(
+            at,
+            format!("'{at}' must be {{\"id\", \"type\": \"function\", \"function\": {{\"name\", \"arguments\"}}}}"),
+        )
+    };
+    let function = call.get("function").ok_or_else(bad)?;
+    let name = function.get("name").and_then(Value::as_str).ok_or_else(bad)?;
+    let arguments = match function.get("arguments") {
+        Some(Value::String(text)) => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())),
+        None | Some(Value::Null) => json!({}),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(_) => return Err(bad()),
+    };
+    let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
+    Ok(json!({ "id": id, "type": "function", "function": { "name": name, "arguments": arguments } }))
+}
+
+/// `tools`: function tools, each `{"type": "function", "function": {name, description?,
+/// parameters?, strict?}}`, names as OpenAI allows them (letters, digits, `_`, `-`, `.`,
+/// at most 64), so that they can stand in a grammar unquoted.
+fn tools(o: &Map<String, Value>) -> Result<Vec<Value>, ApiError> {
+    let list = match o.get("tools") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(ApiError::field("tools", "'tools' must be an array of function tools")),
+    };
+    for (i, tool) in list.iter().enumerate() {
+        let at = format!("tools[{i}]");
+        if tool.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(ApiError::field(&at, format!("'{at}.type' must be \"function\": strata calls only functions")));
+        }
+        let Some(Value::Object(f)) = tool.get("function") else {
+            return Err(ApiError::field(&at, format!("'{at}.function' must be an object")));
+        };
+        let named = f.get("name").and_then(Value::as_str).is_some_and(|n| {
+            (1..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        });
+        if !named {
+            return Err(ApiError::field(
+                &format!("{at}.function.name"),
+                format!("'{at}.function.name' must be 1 to 64 letters, digits, '_', '-' or '.'"),
+            ));
+        }
+        if f.get("parameters").is_some_and(|p| !p.is_object() && !p.is_null()) {
+            return Err(ApiError::field(
+                &format!("{at}.function.parameters"),
+                format!("'{at}.function.parameters' must be a JSON schema object"),
+            ));
+        }
+    }
+    Ok(list.clone())
+}
+
+/// `tool_choice`: "none", "auto", "required" or `{"type": "function", "function":
+/// {"name"}}` naming one of `tools`; by default auto with tools, none without.
+fn tool_choice(o: &Map<String, Value>, tools: &[Value]) -> Result<ToolChoice, ApiError> {
+    let named = |name: &str| tools.iter().any(|t| t["function"]["name"] == name);
+    let choice = match o.get("tool_choice") {
+        None | Some(Value::Null) if tools.is_empty() => ToolChoice::None,
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(c)) if c == "none" => ToolChoice::None,
+        Some(Value::String(c)) if c == "auto" => ToolChoice::Auto,
+        Some(Value::String(c)) if c == "required" => ToolChoice::Required,
+        Some(v) => match v["function"]["name"].as_str() {
+            Some(name) if v["type"] == "function" && named(name) => ToolChoice::Function(name.to_owned()),
+            Some(name) if v["type"] == "function" => {
+                return Err(ApiError::field(
+                    "tool_choice",
+                    format!("'tool_choice' names '{name}', which is not among 'tools'"),
+                ));
+            }
+            _ => {
+                return Err(ApiError::field(
+                    "tool_choice",
+                    "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                ));
+            }
+        },
+    };
+    if tools.is_empty() && choice != ToolChoice::None {
+        return Err(ApiError::field("tool_choice", "'tool_choice' needs 'tools' to choose from"));
+    }
+    Ok(choice)
+}
+
+/// `response_format`: text (no constraint), json_object (any object) or json_schema
+/// (its `schema`; `strict` or not, the schema is enforced).
+fn response_format(o: &Map<String, Value>) -> Result<Option<Value>, ApiError> {
+    let format = match o.get("response_format") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(json!({ "type": "object" }))),
+        Some("json_schema") => match format.get("json_schema").and_then(|j| j.get("schema")) {
+            Some(schema @ (Value::Object(_) | Value::Bool(true))) => Ok(Some(schema.clone())),
+            _ => Err(ApiError::field(
+                "response_format",
+                "'response_format.json_schema.schema' must be a JSON schema object",
+            )),
+        },
+        _ => Err(ApiError::field(
+            "response_format",
+            "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"",
+        )),
+    }
 }

@@ -5,7 +5,8 @@
 //! whole length. A request whose client went away is dropped before its next chunk or
 //! token, and a queued one as soon as the engine looks at its queue. With speculative
 //! decoding a step may yield several tokens; they are passed on one a turn before the
-//! next step.
+//! next step. A request with log-probabilities or a grammar (`response_format`, a forced
+//! tool call) decodes one token a step, its grammar's mask computed while the model runs.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 use strata_runtime::backend::RunError;
+use strata_runtime::constrain::Constraint;
 use strata_runtime::generate;
 use strata_runtime::model::Logits;
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher, top_k};
@@ -36,6 +38,8 @@ pub struct Job {
     pub stop: Vec<String>,
     /// Alternatives to report per token (`Some(0)`: only the chosen token's log-probability).
     pub logprobs: Option<usize>,
+    /// The grammar the reply must follow (`response_format`, a forced tool call).
+    pub constraint: Option<Constraint>,
     /// Where events go; dropped by the client side when it disconnects.
     pub events: UnboundedSender<Event>,
     /// The request's place among those admitted (slots plus queue), given back when the
@@ -274,14 +278,18 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
     if !a.pending.is_empty() {
         return Ok(false);
     }
-    if a.job.logprobs.is_none() {
+    if a.job.logprobs.is_none() && a.job.constraint.is_none() {
         let before = a.spec.stats();
         let new = a.spec.step(&mut s.model, s.draft.as_mut(), &mut a.sampler, &a.history, &a.generated)?;
         metrics.spec(a.spec.stats().since(before));
         a.pending.extend(new.into_iter().map(|t| (t, None)));
     } else {
-        // Log-probabilities are reported from each token's own logits: no speculation.
-        s.model.forward(&[token], Logits::Last)?;
+        // Log-probabilities are reported from each token's own logits, and a grammar
+        // masks each token's logits: no speculation.
+        match &mut a.job.constraint {
+            Some(c) => generate::forward_constrained(&mut s.model, token, c)?,
+            None => s.model.forward(&[token], Logits::Last)?,
+        }
         let next = pick(s, a)?;
         a.pending.push_back(next);
     }
@@ -291,11 +299,17 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
 /// The next token from the logits the last forward pass left (greedy on the device
 /// where possible), with its log-probabilities when asked for.
 fn pick(s: &mut Session, a: &mut Active) -> Result<(u32, Option<TokenLogprob>), RunError> {
-    if a.sampler.is_greedy() && a.job.logprobs.is_none() {
+    if a.sampler.is_greedy() && a.job.logprobs.is_none() && a.job.constraint.is_none() {
         return Ok((s.model.argmax(1)?[0], None));
     }
-    let logits = s.model.logits(1)?;
+    let mut logits = s.model.logits(1)?;
+    if let Some(c) = &mut a.job.constraint {
+        c.mask(&mut logits).map_err(|e| RunError::Other(e.to_string()))?;
+    }
     let token = a.sampler.sample_with(&logits, &a.history, &a.generated);
+    if let Some(c) = a.job.constraint.as_mut().filter(|_| !s.tokenizer.is_eog(token)) {
+        c.accept(token).map_err(|e| RunError::Other(e.to_string()))?;
+    }
     let logprob = a.job.logprobs.map(|k| {
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let log_sum = logits.iter().map(|&v| f64::from(v - max).exp()).sum::<f64>().ln() as f32 + max;

@@ -19,13 +19,16 @@ pub mod metrics;
 mod observe;
 mod prompt;
 mod reasoning;
+mod reply_grammar;
 mod routes;
+mod tool_calls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use strata_runtime::constrain::Grammars;
 use strata_runtime::session::{self, Event, OpenOptions};
 use strata_runtime::tokenizer::Tokenizer;
 use strata_runtime::watchdog::Watchdog;
@@ -68,6 +71,9 @@ struct Ready {
     n_ctx: u32,
     /// Prompts longer than this cannot fit the context ([`prompt::max_prompt_bytes`]).
     max_prompt_bytes: usize,
+    /// The vocabulary as constrained decoding reads it; `None` for a pack without an
+    /// end-of-generation token (its requests for a grammar get a 400).
+    grammars: Option<Grammars>,
 }
 
 /// Shared by every handler.
@@ -172,7 +178,11 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
                 let (jobs, queue) = std::sync::mpsc::channel();
                 let n_ctx = session.model.n_ctx();
                 let max_prompt_bytes = prompt::max_prompt_bytes(&tokenizer, n_ctx);
-                let _ = loader_state.ready.set(Ready { jobs: Mutex::new(jobs), tokenizer, n_ctx, max_prompt_bytes });
+                let grammars = Grammars::new(&tokenizer)
+                    .inspect_err(|e| tracing::warn!("structured output and forced tool calls are off: {e}"))
+                    .ok();
+                let ready = Ready { jobs: Mutex::new(jobs), tokenizer, n_ctx, max_prompt_bytes, grammars };
+                let _ = loader_state.ready.set(ready);
                 tracing::info!(
                     "ready: {url}/v1 (model {}, {} slot(s), context {n_ctx})",
                     loader_state.model_ids.join(", "),

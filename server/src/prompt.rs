@@ -5,6 +5,8 @@
 
 use std::ops::Range;
 
+use serde_json::{Map, Value};
+
 use strata_runtime::chat::{self, Message};
 use strata_runtime::tokenizer::Tokenizer;
 
@@ -39,25 +41,59 @@ pub(crate) fn check_bytes(param: &str, bytes: usize, limit: usize, n_ctx: u32) -
     })
 }
 
-/// Tokens of a chat: the template rendered with every content marked, then tokenized
-/// with control tokens parsed only outside the contents. A `<|im_start|>` written in a
-/// message is text, not a turn. `kwargs` are the request's own template variables; the
-/// flag says whether the prompt leaves the reply inside a thinking block.
+/// `text` between marks, any marks in it replaced.
+fn mark(text: &str) -> String {
+    format!("{OPEN}{}{CLOSE}", text.replace([OPEN, CLOSE], "\u{FFFD}"))
+}
+
+/// `v` with the client's free text marked: every string when `all`, else the strings
+/// under `description` keys (the rest of a tool definition, names and types, is what
+/// templates compare, and must stay as given).
+fn mark_text(v: &Value, all: bool) -> Value {
+    match v {
+        Value::String(s) if all => Value::String(mark(s)),
+        Value::Array(items) => Value::Array(items.iter().map(|i| mark_text(i, all)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| {
+                    let text = all || (k == "description" && v.is_string());
+                    (k.clone(), mark_text(v, text))
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Tokens of a chat: the template rendered with the client's text marked (contents,
+/// tool-call arguments, tool descriptions), then tokenized with control tokens parsed
+/// only outside it. A `<|im_start|>` written in a message is text, not a turn. `kwargs`
+/// are the request's own template variables and `tools` the tools shown to the model;
+/// the flag says whether the prompt leaves the reply inside a thinking block.
 pub(crate) fn chat_tokens(
     t: &Tokenizer,
     messages: &[Message],
-    kwargs: &serde_json::Map<String, serde_json::Value>,
+    kwargs: &Map<String, Value>,
+    tools: &[Value],
 ) -> Result<(Vec<u32>, bool), ApiError> {
     let marked: Vec<Message> = messages
         .iter()
         .map(|m| {
-            let clean = m.content.replace([OPEN, CLOSE], "\u{FFFD}");
-            Message { role: m.role.clone(), content: format!("{OPEN}{clean}{CLOSE}") }
+            let calls = m.tool_calls.iter().map(|c| {
+                let mut c = c.clone();
+                c["function"]["arguments"] = mark_text(&c["function"]["arguments"], true);
+                c
+            });
+            Message { content: mark(&m.content), tool_calls: calls.collect(), ..m.clone() }
         })
         .collect();
+    let mut kwargs = kwargs.clone();
+    if !tools.is_empty() {
+        kwargs.insert("tools".into(), mark_text(&Value::Array(tools.to_vec()), false));
+    }
     let template = t.chat_template().unwrap_or(chat::CHATML);
     let token = |id: Option<u32>| id.map(|i| t.token_text(i).to_owned()).unwrap_or_default();
-    let rendered = chat::render_with(template, &marked, true, &token(t.bos()), &token(t.eos()), kwargs)
+    let rendered = chat::render_with(template, &marked, true, &token(t.bos()), &token(t.eos()), &kwargs)
         .map_err(|e| ApiError::field("messages", format!("the chat template failed: {e}")))?;
     let (text, plain) = unmark(&rendered).ok_or_else(|| {
         ApiError::field(
@@ -99,5 +135,19 @@ mod tests {
         assert!(unmark("\u{FDD0}cut").is_none());
         assert!(unmark("\u{FDD1}").is_none());
         assert!(unmark("\u{FDD0}\u{FDD0}\u{FDD1}").is_none());
+    }
+
+    #[test]
+    fn only_free_text_is_marked() {
+        let tool = serde_json::json!({ "type": "function", "function": {
+            "name": "f", "description": "d", "parameters": { "properties": { "x": { "type": "string", "description": "e" } } } } });
+        let m = mark_text(&tool, false);
+        assert_eq!(m["type"], "function");
+        assert_eq!(m["function"]["name"], "f");
+        assert_eq!(m["function"]["description"], "\u{FDD0}d\u{FDD1}");
+        assert_eq!(m["function"]["parameters"]["properties"]["x"]["type"], "string");
+        assert_eq!(m["function"]["parameters"]["properties"]["x"]["description"], "\u{FDD0}e\u{FDD1}");
+        let args = mark_text(&serde_json::json!({ "a": ["\u{FDD0}x", 1] }), true);
+        assert_eq!(args, serde_json::json!({ "a": ["\u{FDD0}\u{FFFD}x\u{FDD1}", 1] }));
     }
 }

@@ -22,12 +22,15 @@ use subtle::ConstantTimeEq;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::State;
-use crate::api::{self, ApiError};
+use crate::api::{self, ApiError, ToolChoice};
 use crate::engine::{Event, Finish, Job, TokenLogprob};
 use crate::observe::{self, Trace};
 use crate::prompt;
 use crate::reasoning::{self, Split, Splitter};
+use crate::reply_grammar::{self, Answer, Thinking};
+use crate::tool_calls::{self, Parsed, ToolCall, ToolFormat, ToolStream};
+use crate::{Ready, State};
+use strata_runtime::constrain::Constraint;
 
 type Shared = Arc<State>;
 
@@ -161,7 +164,7 @@ async fn complete(
     let prepared = tokio::task::spawn_blocking(move || prepare(&shared, &body, chat))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("preparing the request: {e}"), None))?;
-    let (req, prompt, max_tokens, thinking) = prepared?;
+    let Prepared { req, prompt, max_tokens, thinking, tools, constraint } = prepared?;
     let (events, rx) = unbounded_channel();
     let job = Job {
         prompt,
@@ -169,6 +172,7 @@ async fn complete(
         sampler: req.sampler,
         stop: req.stop,
         logprobs: req.logprobs,
+        constraint,
         events,
         admission,
         received: trace.start,
@@ -193,6 +197,7 @@ async fn complete(
         chat,
         logprobs: req.logprobs.is_some(),
         thinking,
+        tools: tools.map(|format| (format, req.tools, format!("call_{id}_"))),
     };
     if req.stream {
         Ok(stream(reply, rx, req.include_usage, trace).into_response())
@@ -201,12 +206,25 @@ async fn complete(
     }
 }
 
-/// Parses and validates a request and reads its prompt into tokens: the prompt's bytes
-/// are bounded before the template and the tokenizer run, its tokens after. Returns the
-/// request, the prompt tokens, the most tokens to generate and, where the reply's thinking
-/// is split off, whether the prompt opened it. Runs on a blocking thread: tokenizing a
-/// long prompt takes a while.
-fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<u32>, usize, Option<bool>), ApiError> {
+/// A request read, checked and tokenized.
+struct Prepared {
+    req: api::Request,
+    prompt: Vec<u32>,
+    /// The most tokens to generate.
+    max_tokens: usize,
+    /// Where the reply's thinking is split off: whether the prompt opened it.
+    thinking: Option<bool>,
+    /// The format the reply's tool calls are read in, when tools were offered.
+    tools: Option<ToolFormat>,
+    /// The grammar the reply follows (`response_format`, a forced tool call).
+    constraint: Option<Constraint>,
+}
+
+/// Parses and validates a request, reads its prompt into tokens (the prompt's bytes are
+/// bounded before the template and the tokenizer run, its tokens after) and compiles its
+/// grammar, if any. Runs on a blocking thread: tokenizing a long prompt and compiling a
+/// schema take a while.
+fn prepare(state: &State, body: &[u8], chat: bool) -> Result<Prepared, ApiError> {
     let Some(ready) = state.ready.get() else {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "loading the model", None));
     };
@@ -227,8 +245,21 @@ fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<
     let param = if chat { "messages" } else { "prompt" };
     let bytes = if chat { req.messages.iter().map(|m| m.content.len()).sum() } else { req.prompt.len() };
     prompt::check_bytes(param, bytes, ready.max_prompt_bytes, ready.n_ctx)?;
+    // Tools are shown to the model only when it may call them, and only where the
+    // template says how it writes a call, so that the call can be read back.
+    let tools = match req.tool_choice {
+        ToolChoice::None => None,
+        _ => Some(t.chat_template().and_then(ToolFormat::detect).ok_or_else(|| {
+            ApiError::field(
+                "tools",
+                "this pack's chat template writes no tool calls strata can read (it knows Qwen/Hermes \
+                 <tool_call> JSON, Qwen3-Coder's <function=...> blocks and Llama 3 JSON)",
+            )
+        })?),
+    };
     let (prompt, opened) = if chat {
-        prompt::chat_tokens(t, &req.messages, &req.template_kwargs)?
+        let shown = if tools.is_some() { &req.tools[..] } else { &[] };
+        prompt::chat_tokens(t, &req.messages, &req.template_kwargs, shown)?
     } else {
         (t.encode(&req.prompt, state.parse_special), false)
     };
@@ -253,7 +284,45 @@ fn prepare(state: &State, body: &[u8], chat: bool) -> Result<(api::Request, Vec<
         Some(m) => m,
         None => n_ctx - len,
     };
-    Ok((req, prompt, max_tokens, thinks.then_some(opened)))
+    // A reasoning model thinks before the answer a grammar constrains.
+    let thinking = match (chat && opened, chat && t.chat_template().is_some_and(reasoning::template_thinks)) {
+        (true, _) => Thinking::Opened,
+        (false, true) => Thinking::May,
+        (false, false) => Thinking::None,
+    };
+    let constraint = constraint(ready, &req, tools, thinking)?;
+    Ok(Prepared { prompt, max_tokens, thinking: thinks.then_some(opened), tools, constraint, req })
+}
+
+/// The grammar a request's reply must follow: its `response_format` schema, or its
+/// forced tool calls in the template's format; after the thinking block, if any.
+fn constraint(
+    ready: &Ready,
+    req: &api::Request,
+    tools: Option<ToolFormat>,
+    thinking: Thinking,
+) -> Result<Option<Constraint>, ApiError> {
+    let only = match &req.tool_choice {
+        ToolChoice::Function(name) => Some(name.as_str()),
+        _ => None,
+    };
+    let (param, answer) = match (&req.json_schema, &req.tool_choice, tools) {
+        (Some(schema), ..) => ("response_format", Answer::Json(schema)),
+        (None, ToolChoice::Required | ToolChoice::Function(_), Some(format)) => {
+            let several = req.parallel_tool_calls && only.is_none();
+            ("tool_choice", Answer::Calls { format, tools: &req.tools, only, several })
+        }
+        _ => return Ok(None),
+    };
+    let Some(grammars) = &ready.grammars else {
+        return Err(ApiError::field(
+            param,
+            format!("'{param}' cannot be enforced: this pack has no end-of-generation token"),
+        ));
+    };
+    let grammar = reply_grammar::grammar(&answer, thinking);
+    let built = grammars.lark(&grammar);
+    built.map(Some).map_err(|e| ApiError::field(param, format!("'{param}' cannot be enforced: {e}")))
 }
 
 /// What every response of one request shares.
@@ -265,6 +334,9 @@ struct Reply {
     logprobs: bool,
     /// Thinking split off into `reasoning_content`: whether the prompt opened it.
     thinking: Option<bool>,
+    /// Tool calls read out of the reply: their format, the request's tools and the prefix
+    /// of the calls' ids.
+    tools: Option<(ToolFormat, Vec<Value>, String)>,
 }
 
 impl Reply {
@@ -280,18 +352,36 @@ impl Reply {
         json!({ "id": self.id, "object": self.object(chunk), "created": self.created, "model": self.model, "choices": choices })
     }
 
-    /// One streamed piece of text (a chat reply's thinking and answer) and its
-    /// log-probabilities.
-    fn chunk(&self, split: &Split, logprobs: &[TokenLogprob], finish: Option<Finish>) -> Value {
-        let (text, finish) = (split.content.as_str(), finish.map(Finish::name));
+    /// A stream that reads this reply's tool calls, if tools were offered.
+    fn tool_stream(&self) -> Option<ToolStream> {
+        self.tools.as_ref().map(|(format, tools, prefix)| ToolStream::new(*format, tools.clone(), prefix.clone()))
+    }
+
+    /// One streamed piece of a reply (a chat reply's thinking, answer and tool calls, the
+    /// first of them numbered `first_call`) and its log-probabilities; `finish` is the
+    /// OpenAI name.
+    fn chunk(
+        &self,
+        split: &Split,
+        calls: &[ToolCall],
+        first_call: usize,
+        logprobs: &[TokenLogprob],
+        finish: Option<&str>,
+    ) -> Value {
+        let text = split.content.as_str();
         let lp = self.logprobs.then(|| logprobs_json(self.chat, logprobs));
         let choice = if self.chat {
             let mut delta = json!({});
             if !split.reasoning.is_empty() {
                 delta["reasoning_content"] = json!(split.reasoning);
             }
-            if !text.is_empty() || (finish.is_none() && split.reasoning.is_empty()) {
+            if !text.is_empty() || (finish.is_none() && split.reasoning.is_empty() && calls.is_empty()) {
                 delta["content"] = json!(text);
+            }
+            if !calls.is_empty() {
+                let calls: Vec<Value> =
+                    calls.iter().enumerate().map(|(i, c)| call_json(c, Some(first_call + i))).collect();
+                delta["tool_calls"] = json!(calls);
             }
             json!({ "index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish })
         } else {
@@ -299,6 +389,21 @@ impl Reply {
         };
         self.envelope(true, json!([choice]))
     }
+}
+
+/// An OpenAI `tool_calls` entry (with its `index` in a streamed delta).
+fn call_json(call: &ToolCall, index: Option<usize>) -> Value {
+    let mut v =
+        json!({ "id": call.id, "type": "function", "function": { "name": call.name, "arguments": call.arguments } });
+    if let Some(i) = index {
+        v["index"] = json!(i);
+    }
+    v
+}
+
+/// OpenAI's finish reason: "tool_calls" when a reply that ended by itself called tools.
+fn finish_name(finish: Finish, called: bool) -> &'static str {
+    if called && finish == Finish::Stop { "tool_calls" } else { finish.name() }
 }
 
 fn usage(prompt: usize, completion: usize) -> Value {
@@ -342,17 +447,29 @@ async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>, trace: &Trace) ->
                 trace.done(prompt_tokens, completion_tokens, ttft, finish.name());
                 let lp = reply.logprobs.then(|| logprobs_json(reply.chat, &lps));
                 let choice = if reply.chat {
-                    let mut message = json!({ "role": "assistant", "content": text });
+                    let (mut content, mut reasoning) = (text, String::new());
                     if let Some(opened) = reply.thinking {
                         let mut splitter = Splitter::new(opened);
-                        let (head, tail) = (splitter.push(&text), splitter.finish());
-                        message["content"] = json!(head.content + &tail.content);
-                        let reasoning = head.reasoning + &tail.reasoning;
-                        if !reasoning.is_empty() {
-                            message["reasoning_content"] = json!(reasoning);
-                        }
+                        let (head, tail) = (splitter.push(&content), splitter.finish());
+                        content = head.content + &tail.content;
+                        reasoning = head.reasoning + &tail.reasoning;
                     }
-                    json!({ "index": 0, "message": message, "logprobs": lp, "finish_reason": finish.name() })
+                    let Parsed { content, calls } = match &reply.tools {
+                        Some((format, tools, prefix)) => tool_calls::parse(*format, &content, tools, prefix),
+                        None => Parsed { content, calls: Vec::new() },
+                    };
+                    let mut message = json!({ "role": "assistant", "content": content });
+                    if !reasoning.is_empty() {
+                        message["reasoning_content"] = json!(reasoning);
+                    }
+                    if !calls.is_empty() {
+                        if content.is_empty() {
+                            message["content"] = Value::Null;
+                        }
+                        message["tool_calls"] = calls.iter().map(|c| call_json(c, None)).collect();
+                    }
+                    let finish = finish_name(finish, !calls.is_empty());
+                    json!({ "index": 0, "message": message, "logprobs": lp, "finish_reason": finish })
                 } else {
                     json!({ "index": 0, "text": text, "logprobs": lp, "finish_reason": finish.name() })
                 };
@@ -369,6 +486,19 @@ async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>, trace: &Trace) ->
     Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the engine dropped the request", None))
 }
 
+/// The tool calls in a streamed piece's content, when tools were offered (`end`: the
+/// reply is over, so nothing is held back).
+fn read_calls(tools: Option<&mut ToolStream>, split: Split, end: bool) -> (Split, Vec<ToolCall>) {
+    let Some(stream) = tools else { return (split, Vec::new()) };
+    let mut parsed = stream.push(&split.content);
+    if end {
+        let rest = stream.finish();
+        parsed.content.push_str(&rest.content);
+        parsed.calls.extend(rest.calls);
+    }
+    (Split { reasoning: split.reasoning, content: parsed.content }, parsed.calls)
+}
+
 /// Streams the generation as server-sent events ending with `[DONE]`. A client that
 /// goes away closes the stream, which drops the engine's channel and so the request.
 /// The request is logged when the task ends (it holds the last reference to `trace`).
@@ -378,6 +508,8 @@ fn stream(reply: Reply, mut rx: UnboundedReceiver<Event>, include_usage: bool, t
         let send = |v: Value| tx.send(Ok(SseEvent::default().data(v.to_string()))).is_ok();
         trace.finish("disconnected"); // until the engine says otherwise
         let mut splitter = reply.thinking.map(Splitter::new);
+        let mut tools = reply.tool_stream();
+        let mut called = 0;
         if reply.chat {
             let first = reply.envelope(
                 true,
@@ -398,15 +530,21 @@ fn stream(reply: Reply, mut rx: UnboundedReceiver<Event>, include_usage: bool, t
                         Some(s) => s.push(&text),
                         None => Split { reasoning: String::new(), content: text },
                     };
-                    let some = !split.reasoning.is_empty() || !split.content.is_empty() || logprob.is_some();
-                    if some && !send(reply.chunk(&split, logprob.as_slice(), None)) {
+                    let (split, calls) = read_calls(tools.as_mut(), split, false);
+                    let some = !split.reasoning.is_empty() || !split.content.is_empty() || !calls.is_empty();
+                    if (some || logprob.is_some())
+                        && !send(reply.chunk(&split, &calls, called, logprob.as_slice(), None))
+                    {
                         return;
                     }
+                    called += calls.len();
                 }
                 Some(Event::Done { finish, prompt_tokens, completion_tokens, ttft }) => {
                     trace.done(prompt_tokens, completion_tokens, ttft, finish.name());
                     let rest = splitter.as_mut().map(Splitter::finish).unwrap_or_default();
-                    send(reply.chunk(&rest, &[], Some(finish)));
+                    let (rest, calls) = read_calls(tools.as_mut(), rest, true);
+                    let finish = finish_name(finish, called + calls.len() > 0);
+                    send(reply.chunk(&rest, &calls, called, &[], Some(finish)));
                     if include_usage {
                         let mut last = reply.envelope(true, json!([]));
                         last["usage"] = usage(prompt_tokens, completion_tokens);

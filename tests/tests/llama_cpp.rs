@@ -52,10 +52,7 @@ fn cpu_matches_llama_cpp_on_smollm2() {
                 .as_array()
                 .expect("messages")
                 .iter()
-                .map(|m| Message {
-                    role: m["role"].as_str().expect("role").into(),
-                    content: m["content"].as_str().expect("content").into(),
-                })
+                .map(|m| Message::new(m["role"].as_str().expect("role"), m["content"].as_str().expect("content")))
                 .collect();
             let t = &s.tokenizer;
             let template = t.chat_template().expect("SmolLM2 has a chat template");

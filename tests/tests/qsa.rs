@@ -29,7 +29,7 @@ fn options(qsa: QsaConfig, spec: u32) -> OpenOptions {
 
 fn greedy(pack: &Path, qsa: QsaConfig, spec: u32, tokens: usize) -> Vec<u32> {
     let mut s: Session = session::open(pack, &options(qsa, spec), &mut |_| {}).expect("opens on the CPU");
-    let messages = [Message { role: "user".into(), content: PROMPT.into() }];
+    let messages = [Message::new("user", PROMPT)];
     let text = chat::render(s.tokenizer.chat_template().expect("template"), &messages, true, "", "").expect("renders");
     let prompt = s.tokenizer.encode(&text, true);
     let mut out = Vec::new();

@@ -103,7 +103,7 @@ fn open(pack: &Path, spec: SpeculativeConfig, draft: Option<&Path>) -> Session {
 fn prompt_ids(s: &Session, text: &str, chat: bool) -> Vec<u32> {
     let text = if chat {
         let t = &s.tokenizer;
-        let messages = [Message { role: "user".into(), content: text.into() }];
+        let messages = [Message::new("user", text)];
         chat::render(t.chat_template().expect("template"), &messages, true, "", "").expect("renders")
     } else {
         text.to_string()

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// A thinking template in the Qwen3 style: the generation prompt opens a `<think>` block,
+/// or with `enable_thinking` false closes an empty one, as Qwen3's own template does.
+pub const THINKING_TEMPLATE: &str = "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{- '<think>\\n' }}{%- endif %}{%- endif %}";
+
 /// A running server, killed on drop.
 pub struct Server {
     pub child: Child,

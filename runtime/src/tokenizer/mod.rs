@@ -584,6 +584,12 @@ impl Tokenizer {
         Vec::new()
     }
 
+    /// Whether the token is control or unknown markup (`<|im_end|>`, `<s>`): it prints
+    /// nothing, so text can never spell it; constrained decoding keeps it apart.
+    pub fn is_control(&self, id: u32) -> bool {
+        self.vocab.attr(id) & (attr::CONTROL | attr::UNKNOWN) != 0
+    }
+
     /// The text of `ids`: their bytes concatenated, invalid UTF-8 replaced.
     pub fn decode(&self, ids: &[u32]) -> String {
         let bytes: Vec<u8> = ids.iter().flat_map(|&id| self.token_bytes(id)).collect();

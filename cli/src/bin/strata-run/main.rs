@@ -3,7 +3,7 @@
 //! measures perplexity.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,12 +14,13 @@ use strata_cli::pull;
 use strata_compiler::plan::Int8Dot;
 use strata_runtime::backend::RunError;
 use strata_runtime::chat::{self, Message};
+use strata_runtime::constrain::{Constraint, Grammars};
 use strata_runtime::generate;
 use strata_runtime::model::{CacheSize, ExpertOptions, Policy, QsaConfig};
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher};
 use strata_runtime::session::{self, BackendChoice, Event, OpenOptions, SelfTest, Session};
 use strata_runtime::speculative::SpeculativeConfig;
-use strata_runtime::tokenizer::StreamDecoder;
+use strata_runtime::tokenizer::{StreamDecoder, Tokenizer};
 use strata_runtime::watchdog::Watchdog;
 
 mod repl;
@@ -50,8 +51,16 @@ enum Command {
         #[arg(long)]
         stop: Vec<String>,
         /// Go on past end-of-generation tokens (for benchmarks and comparisons).
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["json_schema", "grammar"])]
         ignore_eos: bool,
+        /// The output is one JSON value valid under the JSON schema in this file
+        /// (constrained decoding; one token a step).
+        #[arg(long, value_name = "FILE", conflicts_with = "grammar")]
+        json_schema: Option<PathBuf>,
+        /// The output is in the language of the Lark grammar in this file (llguidance's
+        /// dialect; `%json {...}` embeds a schema).
+        #[arg(long, value_name = "FILE")]
+        grammar: Option<PathBuf>,
     },
     /// An interactive chat in the terminal, in the pack's chat template: the conversation
     /// stays in the KV cache, so each turn reads only its new tokens. /clear starts over,
@@ -486,13 +495,32 @@ fn open(args: &OpenArgs, selftest: SelfTest, verbose_selftest: bool, slots: usiz
     Ok(session?)
 }
 
+/// What `generate --json-schema` or `--grammar` asks the output to follow.
+enum Grammar {
+    Schema(serde_json::Value),
+    Lark(String),
+}
+
+/// Reads the grammar file, if one was named, before the model loads: a file that is
+/// missing or not JSON fails at once.
+fn read_grammar(schema: Option<&Path>, lark: Option<&Path>) -> Result<Option<Grammar>> {
+    let read = |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    Ok(match (schema, lark) {
+        (Some(p), _) => Some(Grammar::Schema(
+            serde_json::from_str(&read(p)?).with_context(|| format!("{} is not JSON", p.display()))?,
+        )),
+        (None, Some(p)) => Some(Grammar::Lark(read(p)?)),
+        (None, None) => None,
+    })
+}
+
 fn prompt_tokens(s: &Session, p: &PromptArgs) -> Result<Vec<u32>> {
     let text = if p.chat {
         let mut messages = Vec::new();
         if let Some(system) = &p.system {
-            messages.push(Message { role: "system".into(), content: system.clone() });
+            messages.push(Message::new("system", system.clone()));
         }
-        messages.push(Message { role: "user".into(), content: p.prompt.clone() });
+        messages.push(Message::new("user", p.prompt.clone()));
         let t = &s.tokenizer;
         let template = t.chat_template().unwrap_or(chat::CHATML);
         let text_of = |id: Option<u32>| id.map(|i| t.token_text(i).to_string()).unwrap_or_default();
@@ -509,23 +537,37 @@ fn prompt_tokens(s: &Session, p: &PromptArgs) -> Result<Vec<u32>> {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Generate { open: o, prompt, max_tokens, sample, stop, ignore_eos } => {
+        Command::Generate { open: o, prompt, max_tokens, sample, stop, ignore_eos, json_schema, grammar } => {
+            let grammar = read_grammar(json_schema.as_deref(), grammar.as_deref())?;
             let mut s = open(&o, SelfTest::Auto, false, 1)?;
             let tokens = prompt_tokens(&s, &prompt)?;
+            let mut constraint = match grammar {
+                None => None,
+                Some(g) => {
+                    let grammars = Grammars::new(&s.tokenizer)?;
+                    Some(match g {
+                        Grammar::Schema(schema) => grammars.json_schema(&schema).context("--json-schema")?,
+                        Grammar::Lark(lark) => grammars.lark(&lark).context("--grammar")?,
+                    })
+                }
+            };
             let mut sampler = sample.sampler();
             let mut decoder = StreamDecoder::new();
             let mut stops = StopMatcher::new(stop);
             let mut stdout = std::io::stdout().lock();
             let mut write_err = None;
-            let stats =
-                generate::generate(&mut s, &tokens, max_tokens, ignore_eos, &mut sampler, &mut |tokenizer, id| {
-                    let (text, stopped) = stops.push(&decoder.push(tokenizer, id));
-                    if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
-                        write_err = Some(e);
-                        return false;
-                    }
-                    !stopped
-                })?;
+            let mut on_token = |tokenizer: &Tokenizer, id| {
+                let (text, stopped) = stops.push(&decoder.push(tokenizer, id));
+                if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+                    write_err = Some(e);
+                    return false;
+                }
+                !stopped
+            };
+            let stats = match constraint.as_mut() {
+                Some(c) => generate::generate_constrained(&mut s, &tokens, max_tokens, &mut sampler, c, &mut on_token)?,
+                None => generate::generate(&mut s, &tokens, max_tokens, ignore_eos, &mut sampler, &mut on_token)?,
+            };
             let tail = stops.push(&decoder.finish()).0 + &stops.finish();
             stdout.write_all(tail.as_bytes()).and_then(|()| stdout.write_all(b"\n"))?;
             if let Some(e) = write_err {
@@ -539,6 +581,12 @@ fn run(cli: Cli) -> Result<()> {
                 stats.decode_rate(),
                 s.device.name
             );
+            if let Some((mean, n)) = constraint.as_ref().map(Constraint::mask_cost) {
+                eprintln!(
+                    "strata-run: grammar: {n} masks, {:.1} us each on average (computed while the model runs)",
+                    mean.as_secs_f64() * 1e6
+                );
+            }
             if let (Some(st), Some(p)) = (s.model.take_expert_stats(), s.model.expert_placement()) {
                 eprintln!("strata-run: {}", expert_stats_line(p, &st));
             }
