@@ -98,6 +98,9 @@ pub struct Request {
     /// The JSON schema the reply must follow (`response_format` json_object or
     /// json_schema), enforced by constrained decoding.
     pub json_schema: Option<Value>,
+    /// Whether the prompt may start from a slot's cached prefix (llama.cpp's
+    /// `cache_prompt`, default true; false computes it all).
+    pub cache_prompt: bool,
 }
 
 /// OpenAI's `tool_choice`.
@@ -165,7 +168,7 @@ fn content(v: &Value, at: &str) -> Result<String, ApiError> {
 
 /// The request fields both endpoints read. `user` (an end-user id for the provider's abuse
 /// monitoring) is taken and has nothing to do here.
-const COMMON_FIELDS: [&str; 18] = [
+const COMMON_FIELDS: [&str; 19] = [
     "model",
     "max_tokens",
     "temperature",
@@ -184,6 +187,7 @@ const COMMON_FIELDS: [&str; 18] = [
     "user",
     "max_completion_tokens",
     "response_format",
+    "cache_prompt",
 ];
 
 /// Fields strata does not act on, and why; any other unknown field is refused too, so a
@@ -372,6 +376,7 @@ pub fn parse(body: &[u8], chat: bool) -> Result<Request, ApiError> {
         tool_choice,
         parallel_tool_calls,
         json_schema,
+        cache_prompt: o.get("cache_prompt").is_none_or(Value::is_null) || boolean(&o, "cache_prompt")?,
     })
 }
 

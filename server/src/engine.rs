@@ -1,6 +1,8 @@
 //! The engine: one thread owns the model and serves up to `slots` sequences at once, one
 //! step per sequence per turn (a fair round robin), with a first-come queue beyond
-//! that. A step is one prompt chunk (`--prefill` tokens) while a prompt is read, then
+//! that. A slot keeps its KV cache after a request: the next request goes to the free
+//! slot whose cache shares the longest prefix with its prompt and reads only the rest
+//! (a chat's next turn reads only the new turn). A step is one prompt chunk (`--prefill` tokens) while a prompt is read, then
 //! one token: a long prompt holds the other slots for one chunk a turn, not for its
 //! whole length. A request whose client went away is dropped before its next chunk or
 //! token, and a queued one as soon as the engine looks at its queue. With speculative
@@ -40,6 +42,8 @@ pub struct Job {
     pub logprobs: Option<usize>,
     /// The grammar the reply must follow (`response_format`, a forced tool call).
     pub constraint: Option<Constraint>,
+    /// Whether the prompt may start from a slot's cached prefix (`cache_prompt`).
+    pub cache_prompt: bool,
     /// Where events go; dropped by the client side when it disconnects.
     pub events: UnboundedSender<Event>,
     /// The request's place among those admitted (slots plus queue), given back when the
@@ -95,6 +99,8 @@ pub enum Event {
         finish: Finish,
         /// Prompt tokens.
         prompt_tokens: usize,
+        /// Of the prompt tokens, those whose KV entries a slot held already.
+        cached_tokens: usize,
         /// Generated tokens (end-of-generation tokens not counted).
         completion_tokens: usize,
         /// From the request's arrival to its first generated token (none if it had none).
@@ -113,14 +119,15 @@ struct Active {
     /// Prompt and generated tokens.
     history: Vec<u32>,
     generated: Vec<u32>,
-    /// Prompt tokens read into this slot's KV cache so far.
+    /// Prompt tokens in this slot's KV cache so far (from the start, those it held).
     read: usize,
+    /// Prompt tokens the slot held from an earlier request.
+    cached: usize,
     /// Tokens computed but not yet reported (the model has read all but the last);
     /// empty before the prompt is read.
     pending: VecDeque<(u32, Option<TokenLogprob>)>,
     /// This sequence's speculative decoder.
     spec: Speculator,
-    started: Instant,
     /// When the last token was reported.
     last_token: Option<Instant>,
     ttft: Option<Duration>,
@@ -130,17 +137,17 @@ struct Active {
 }
 
 impl Active {
-    fn new(job: Job, spec: Speculator) -> Active {
+    fn new(job: Job, spec: Speculator, cached: usize) -> Active {
         Active {
+            read: cached,
+            cached,
             sampler: Sampler::new(job.sampler.clone()),
             decoder: StreamDecoder::new(),
             stops: StopMatcher::new(job.stop.clone()),
             history: job.prompt.clone(),
             generated: Vec::new(),
-            read: 0,
             pending: VecDeque::new(),
             spec,
-            started: Instant::now(),
             last_token: None,
             ttft: None,
             done: None,
@@ -156,15 +163,34 @@ impl Active {
         self.done = Some(Event::Done {
             finish,
             prompt_tokens: self.job.prompt.len(),
+            cached_tokens: self.cached,
             completion_tokens: self.generated.len(),
             ttft: self.ttft,
         });
     }
+
+    /// The tokens whose KV entries the slot holds once this request leaves it: the
+    /// history and the tokens computed ahead, as far as the model has read them.
+    fn held(&self, pos: usize) -> Vec<u32> {
+        let known = self.history.iter().copied().chain(self.pending.iter().map(|(t, _)| *t));
+        known.take(pos).collect()
+    }
+}
+
+/// How many leading tokens `held` and `prompt` share, leaving at least one prompt token
+/// to read (its logits pick the first generated token).
+fn shared_prefix(held: &[u32], prompt: &[u32]) -> usize {
+    let same = held.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+    same.min(prompt.len().saturating_sub(1))
 }
 
 /// Serves jobs from `jobs` until every sender is gone.
 pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
     let mut slots: Vec<Option<Active>> = (0..s.model.slots()).map(|_| None).collect();
+    // Per slot, the tokens its KV cache holds from the request it served last: a new
+    // request goes to the free slot sharing the longest prefix with its prompt, and
+    // reads only the rest (a chat's next turn, a shared system prompt).
+    let mut held: Vec<Vec<u32>> = vec![Vec::new(); slots.len()];
     let mut waiting: VecDeque<Job> = VecDeque::new();
     loop {
         if slots.iter().all(Option::is_none) && waiting.is_empty() {
@@ -183,13 +209,26 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
         }
         // Queued requests whose clients went away give their places back now.
         waiting.retain(|job| !job.events.is_closed());
-        for slot in slots.iter_mut().filter(|s| s.is_none()) {
-            while let Some(job) = waiting.pop_front() {
-                if !job.events.is_closed() {
-                    *slot = Some(Active::new(job, Speculator::new(s.spec)));
-                    break;
-                }
+        while slots.iter().any(Option::is_none) {
+            let Some(job) = waiting.pop_front() else { break };
+            if job.events.is_closed() {
+                continue;
             }
+            let free = (0..slots.len()).filter(|&i| slots[i].is_none());
+            let shared = |i: usize| if job.cache_prompt { shared_prefix(&held[i], &job.prompt) } else { 0 };
+            // The longest shared prefix; else the slot holding least, so that a new
+            // conversation keeps others' prefixes where it can.
+            let Some(slot) = free.max_by_key(|&i| (shared(i), std::cmp::Reverse(held[i].len()))) else { break };
+            let cached = shared(slot);
+            // The slot forgets what follows the shared prefix (all of it for a new
+            // conversation).
+            let rewound = s.model.select(slot).and_then(|()| s.model.rewind(cached as u32));
+            if let Err(e) = rewound {
+                let _ = job.events.send(Event::Error(e.to_string()));
+                continue;
+            }
+            held[slot].clear();
+            slots[slot] = Some(Active::new(job, Speculator::new(s.spec), cached));
         }
         metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
         for i in 0..slots.len() {
@@ -198,6 +237,7 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
             if let Some(experts) = s.model.take_expert_stats() {
                 metrics.experts(&experts);
             }
+            let result_failed = result.is_err();
             let done = match result {
                 Ok(done) => done,
                 Err(e) => {
@@ -206,6 +246,12 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
                 }
             };
             if let Some(ended) = done.then(|| slots[i].take()).flatten() {
+                // What the slot holds now, unless the device failed under it.
+                let pos = s.model.select(i).map(|()| s.model.pos() as usize);
+                held[i] = match (&result_failed, pos) {
+                    (false, Ok(pos)) => ended.held(pos),
+                    _ => Vec::new(),
+                };
                 metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
                 if let Some(event) = ended.done {
                     let _ = ended.job.events.send(event);
@@ -225,14 +271,11 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
     }
     s.model.select(slot)?;
     if a.read < a.job.prompt.len() {
-        if a.read == 0 {
-            s.model.reset();
-        }
         a.read = generate::prefill_chunk(s, &a.job.prompt, a.read)?;
         if a.read == a.job.prompt.len() {
             let first = pick(s, a)?;
             a.pending.push_back(first);
-            metrics.prompt_tokens(a.job.prompt.len(), a.started.elapsed());
+            metrics.prompt_tokens(a.job.prompt.len(), a.cached);
         }
         return Ok(false);
     }
@@ -240,6 +283,7 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
         return Err(RunError::Other("the engine lost its next token".into()));
     };
     if s.tokenizer.is_eog(token) {
+        a.history.push(token); // the model may have read it: the slot's held tokens keep their order
         a.finish(Finish::Stop);
         return Ok(true);
     }
@@ -320,4 +364,17 @@ fn pick(s: &mut Session, a: &mut Active) -> Result<(u32, Option<TokenLogprob>), 
         }
     });
     Ok((token, logprob))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_prefix_leaves_a_token_to_read() {
+        assert_eq!(shared_prefix(&[1, 2, 3, 9], &[1, 2, 3, 4, 5]), 3);
+        assert_eq!(shared_prefix(&[1, 2, 3], &[1, 2, 3]), 2, "the last prompt token is read again for its logits");
+        assert_eq!(shared_prefix(&[], &[1, 2]), 0);
+        assert_eq!(shared_prefix(&[7], &[1]), 0);
+    }
 }

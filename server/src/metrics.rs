@@ -61,6 +61,7 @@ impl Default for Latencies {
 #[derive(Default)]
 pub struct Metrics {
     prompt_tokens: AtomicU64,
+    prompt_tokens_cached: AtomicU64,
     completion_tokens: AtomicU64,
     requests: AtomicU64,
     running: AtomicUsize,
@@ -85,9 +86,10 @@ impl Metrics {
         self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A prompt was read.
-    pub fn prompt_tokens(&self, n: usize, _took: Duration) {
+    /// A prompt of `n` tokens was read, `cached` of them from a slot's KV cache.
+    pub fn prompt_tokens(&self, n: usize, cached: usize) {
         self.prompt_tokens.fetch_add(n as u64, Ordering::Relaxed);
+        self.prompt_tokens_cached.fetch_add(cached as u64, Ordering::Relaxed);
     }
 
     /// A token was generated.
@@ -146,7 +148,13 @@ impl Metrics {
             out.push_str(&format!("# HELP strata_{name} {help}\n# TYPE strata_{name} {kind}\nstrata_{name} {value}\n"));
         };
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-        metric("prompt_tokens_total", "counter", "Prompt tokens read.", load(&self.prompt_tokens));
+        metric("prompt_tokens_total", "counter", "Prompt tokens of the requests served.", load(&self.prompt_tokens));
+        metric(
+            "prompt_tokens_cached_total",
+            "counter",
+            "Of those, tokens a slot's KV cache held already (not computed again).",
+            load(&self.prompt_tokens_cached),
+        );
         metric("completion_tokens_total", "counter", "Tokens generated.", load(&self.completion_tokens));
         metric("requests_total", "counter", "Generation requests accepted.", load(&self.requests));
         metric(

@@ -173,6 +173,7 @@ async fn complete(
         stop: req.stop,
         logprobs: req.logprobs,
         constraint,
+        cache_prompt: req.cache_prompt,
         events,
         admission,
         received: trace.start,
@@ -406,8 +407,14 @@ fn finish_name(finish: Finish, called: bool) -> &'static str {
     if called && finish == Finish::Stop { "tool_calls" } else { finish.name() }
 }
 
-fn usage(prompt: usize, completion: usize) -> Value {
-    json!({ "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion })
+/// OpenAI's `usage`, with the prompt tokens a slot's cache held (`cached_tokens`).
+fn usage(prompt: usize, cached: usize, completion: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": { "cached_tokens": cached },
+    })
 }
 
 fn logprobs_json(chat: bool, lps: &[TokenLogprob]) -> Value {
@@ -443,7 +450,7 @@ async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>, trace: &Trace) ->
                 text.push_str(&piece);
                 lps.extend(logprob);
             }
-            Event::Done { finish, prompt_tokens, completion_tokens, ttft } => {
+            Event::Done { finish, prompt_tokens, cached_tokens, completion_tokens, ttft } => {
                 trace.done(prompt_tokens, completion_tokens, ttft, finish.name());
                 let lp = reply.logprobs.then(|| logprobs_json(reply.chat, &lps));
                 let choice = if reply.chat {
@@ -474,7 +481,7 @@ async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>, trace: &Trace) ->
                     json!({ "index": 0, "text": text, "logprobs": lp, "finish_reason": finish.name() })
                 };
                 let mut body = reply.envelope(false, json!([choice]));
-                body["usage"] = usage(prompt_tokens, completion_tokens);
+                body["usage"] = usage(prompt_tokens, cached_tokens, completion_tokens);
                 return Ok(Json(body).into_response());
             }
             Event::Error(e) => {
@@ -539,7 +546,7 @@ fn stream(reply: Reply, mut rx: UnboundedReceiver<Event>, include_usage: bool, t
                     }
                     called += calls.len();
                 }
-                Some(Event::Done { finish, prompt_tokens, completion_tokens, ttft }) => {
+                Some(Event::Done { finish, prompt_tokens, cached_tokens, completion_tokens, ttft }) => {
                     trace.done(prompt_tokens, completion_tokens, ttft, finish.name());
                     let rest = splitter.as_mut().map(Splitter::finish).unwrap_or_default();
                     let (rest, calls) = read_calls(tools.as_mut(), rest, true);
@@ -547,7 +554,7 @@ fn stream(reply: Reply, mut rx: UnboundedReceiver<Event>, include_usage: bool, t
                     send(reply.chunk(&rest, &calls, called, &[], Some(finish)));
                     if include_usage {
                         let mut last = reply.envelope(true, json!([]));
-                        last["usage"] = usage(prompt_tokens, completion_tokens);
+                        last["usage"] = usage(prompt_tokens, cached_tokens, completion_tokens);
                         send(last);
                     }
                     break;
