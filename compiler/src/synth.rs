@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::model::{Experts, Family, ModelDesc, Role};
+use crate::model::{Experts, Family, ModelDesc, Role, RopeScaling};
 use crate::pack::{Array, GgufWriter, Pack, Value};
 use crate::quant::{GgmlType, QuantError, random_blocks};
 
@@ -40,6 +40,11 @@ pub struct Shape {
     pub context: u32,
     /// RoPE base frequency.
     pub rope_base: f32,
+    /// Long-context scaling of the angles (written as `rope.scaling.*`).
+    pub rope_scaling: RopeScaling,
+    /// Whether the pack carries Llama-3-style frequency factors (`rope_freqs.weight`,
+    /// rising from 1 at the fastest pair to 8 at the slowest).
+    pub rope_freq_factors: bool,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
     /// Mixture-of-experts shape.
@@ -107,6 +112,8 @@ impl Preset {
             vocab: None,
             context: 4096,
             rope_base: 10_000.0,
+            rope_scaling: RopeScaling::None,
+            rope_freq_factors: false,
             rms_eps: 1e-5,
             experts: None,
             tied_output: true,
@@ -336,7 +343,13 @@ impl Planned {
     pub fn fill(&self, seed: u64, index: usize, out: &mut [u8]) {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(index as u64);
-        if self.roles[index] == Role::Norm {
+        if self.roles[index] == Role::RopeFactors {
+            let n = out.len() / 4;
+            for (i, chunk) in out.chunks_exact_mut(4).enumerate() {
+                let factor = 1.0 + 7.0 * i as f32 / (n.max(2) - 1) as f32;
+                chunk.copy_from_slice(&factor.to_le_bytes());
+            }
+        } else if self.roles[index] == Role::Norm {
             let noise = crate::quant::random_floats(&mut rng, out.len() / 4, 0.1);
             for (chunk, v) in out.chunks_exact_mut(4).zip(noise) {
                 chunk.copy_from_slice(&(1.0 + v).to_le_bytes());
@@ -366,6 +379,9 @@ pub fn plan(shape: &Shape, types: &Types, tokenizer: &Tokenizer, name: &str) -> 
         head_dim_v: shape.head_dim,
         rope_base: shape.rope_base,
         rope_dims: shape.head_dim,
+        rope_scaling: shape.rope_scaling,
+        rope_attn_factor: 1.0,
+        rope_freq_factors: shape.rope_freq_factors,
         rms_eps: shape.rms_eps,
         context: shape.context,
         vocab,
@@ -393,6 +409,18 @@ pub fn plan(shape: &Shape, types: &Types, tokenizer: &Tokenizer, name: &str) -> 
         w.kv(&key(k), Value::U32(v));
     }
     w.kv(&key("rope.freq_base"), Value::F32(shape.rope_base));
+    match shape.rope_scaling {
+        RopeScaling::None => {}
+        RopeScaling::Linear { factor } => {
+            w.kv(&key("rope.scaling.type"), Value::String("linear".into()))
+                .kv(&key("rope.scaling.factor"), Value::F32(factor));
+        }
+        RopeScaling::Yarn { factor, original_context } => {
+            w.kv(&key("rope.scaling.type"), Value::String("yarn".into()))
+                .kv(&key("rope.scaling.factor"), Value::F32(factor))
+                .kv(&key("rope.scaling.original_context_length"), Value::U32(original_context));
+        }
+    }
     w.kv(&key("attention.layer_norm_rms_epsilon"), Value::F32(shape.rms_eps));
     if let Some(x) = shape.experts {
         w.kv(&key("expert_count"), Value::U32(x.count))
@@ -408,7 +436,7 @@ pub fn plan(shape: &Shape, types: &Types, tokenizer: &Tokenizer, name: &str) -> 
     let mut gate_exps = GgmlType::F32;
     for t in desc.expected_tensors() {
         let ty = match t.role {
-            Role::Norm | Role::Bias | Role::Router => GgmlType::F32,
+            Role::Norm | Role::Bias | Role::Router | Role::RopeFactors => GgmlType::F32,
             Role::Embedding => types.embedding,
             Role::Output => types.output,
             // The experts' gate and up run as one stacked product: one type for both.

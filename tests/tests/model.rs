@@ -107,6 +107,24 @@ fn packs_that_are_not_runnable_models_say_why() {
                 p.writer.kv("llama.vocab_size", Value::U32(300));
             }),
         ),
+        (
+            "test.gguf: key llama.rope.scaling.type: \"longrope\" is not supported (supported: none, linear, yarn)",
+            Box::new(|p| {
+                p.writer.kv("llama.rope.scaling.type", Value::String("longrope".into()));
+            }),
+        ),
+        (
+            "test.gguf: key llama.rope.scaling.factor: -2 is out of range (allowed: a finite value above 0 and at most 1e4)",
+            Box::new(|p| {
+                p.writer.kv("llama.rope.scaling.factor", Value::F32(-2.0));
+            }),
+        ),
+        (
+            "test.gguf: tensor rope_freqs.weight: shape [8], expected [32]",
+            Box::new(|p| {
+                p.writer.tensor("rope_freqs.weight", GgmlType::F32, &[8]).expect("whole blocks");
+            }),
+        ),
     ];
     for (expected, breaking) in cases {
         let mut planned = planned_tiny();
@@ -164,6 +182,43 @@ fn hyperparameters_are_checked_against_their_ranges() {
 
 /// Tensors the family does not use are refused by name: a Gemma 3 pack relabelled
 /// `llama` has extra norms, and would otherwise run and print garbage.
+/// The rope a pack asks for is read from its keys (llama.cpp's default type is linear),
+/// and `rope_freqs.weight` only where llama.cpp reads it (the llama family).
+#[test]
+fn rope_scaling_is_read_and_frequency_factors_belong_to_llama() {
+    use strata_compiler::model::RopeScaling;
+    let with = |kvs: &[(&str, Value)]| {
+        let mut planned = planned_tiny();
+        for (k, v) in kvs {
+            planned.writer.kv(k, v.clone());
+        }
+        desc(planned.writer.to_bytes(|_, _| {})).expect("a model")
+    };
+    assert_eq!(with(&[]).rope_scaling, RopeScaling::None);
+    assert_eq!(
+        with(&[("llama.rope.scaling.factor", Value::F32(2.0))]).rope_scaling,
+        RopeScaling::Linear { factor: 2.0 }
+    );
+    assert_eq!(with(&[("llama.rope.scale_linear", Value::F32(4.0))]).rope_scaling, RopeScaling::Linear { factor: 4.0 });
+    let yarn =
+        [("llama.rope.scaling.type", Value::String("yarn".into())), ("llama.rope.scaling.factor", Value::F32(4.0))];
+    assert_eq!(with(&yarn).rope_scaling, RopeScaling::Yarn { factor: 4.0, original_context: 4096 });
+    let none =
+        [("llama.rope.scaling.type", Value::String("none".into())), ("llama.rope.scaling.factor", Value::F32(8.0))];
+    assert_eq!(with(&none).rope_scaling, RopeScaling::None);
+    assert_eq!(with(&[("llama.rope.scaling.attn_factor", Value::F32(0.5))]).rope_attn_factor, 0.5);
+
+    let mut planned = planned_tiny();
+    planned.writer.tensor("rope_freqs.weight", GgmlType::F32, &[32]).expect("whole blocks");
+    assert!(desc(planned.writer.to_bytes(|_, _| {})).expect("a model").rope_freq_factors);
+    let shape = Preset::TinyQwen3.shape();
+    let types = Types { weights: vec![GgmlType::Q8_0], embedding: GgmlType::Q8_0, output: GgmlType::Q8_0 };
+    let mut qwen = synth::plan(&shape, &types, &Tokenizer::byte_level(), "q").expect("valid");
+    qwen.writer.tensor("rope_freqs.weight", GgmlType::F32, &[32]).expect("whole blocks");
+    let e = desc(qwen.writer.to_bytes(|_, _| {})).unwrap_err();
+    assert!(e.starts_with("test.gguf: tensor rope_freqs.weight: architecture qwen3 does not use it"), "{e}");
+}
+
 #[test]
 fn tensors_the_family_does_not_use_are_refused() {
     let mut planned = planned_tiny();

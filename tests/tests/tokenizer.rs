@@ -213,11 +213,18 @@ fn sentencepiece_matches_llama_cpp() {
 }
 
 #[test]
-fn unknown_pre_tokenizer_falls_back_to_gpt2() {
+fn an_unknown_pre_tokenizer_is_refused_by_name() {
     let fx = fixture("bpe_small.json");
-    let gpt2 = &fx["variants"].as_array().unwrap().iter().find(|v| v["keys"]["tokenizer.ggml.pre"] == "gpt-2").unwrap();
     let keys = serde_json::json!({ "tokenizer.ggml.pre": "no-such-pre" });
-    let tok = Tokenizer::from_pack(&small_pack(&fx, "gpt2", &keys)).unwrap();
+    let err = Tokenizer::from_pack(&small_pack(&fx, "gpt2", &keys)).expect_err("refused").to_string();
+    assert_eq!(
+        err,
+        "tokenizer: key tokenizer.ggml.pre: pre-tokenizer \"no-such-pre\" is not supported (README: supported models)"
+    );
+    // One of the names llama.cpp gives GPT-2's pattern tokenizes as "gpt-2" does.
+    let gpt2 = &fx["variants"].as_array().unwrap().iter().find(|v| v["keys"]["tokenizer.ggml.pre"] == "gpt-2").unwrap();
+    let tok =
+        Tokenizer::from_pack(&small_pack(&fx, "gpt2", &serde_json::json!({ "tokenizer.ggml.pre": "olmo" }))).unwrap();
     for (i, text) in strings(&fx["texts"]).iter().enumerate() {
         assert_eq!(tok.encode(text, true), ids(&gpt2["ids"][i]), "{text:?}");
     }

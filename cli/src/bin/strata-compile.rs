@@ -12,6 +12,7 @@ use strata_compiler::artifacts::{self, Request, Stage};
 use strata_compiler::build::{Resources, Toolchain};
 use strata_compiler::host::{self, HostTarget};
 use strata_compiler::inspect::{self, bytes};
+use strata_compiler::model::RopeScaling;
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::{Fault, Int8Dot, Options};
 use strata_compiler::quant::GgmlType;
@@ -155,6 +156,12 @@ enum Command {
         /// Write this many split shards (NAME-00001-of-0000N.gguf) instead of one file.
         #[arg(long, default_value_t = 1)]
         split: usize,
+        /// Long-context rope scaling: `linear:FACTOR` or `yarn:FACTOR:ORIGINAL_CONTEXT`.
+        #[arg(long, value_parser = parse_rope_scaling)]
+        rope_scaling: Option<RopeScaling>,
+        /// Add Llama-3-style rope frequency factors (`rope_freqs.weight`; llama shapes).
+        #[arg(long)]
+        rope_freqs: bool,
         /// Output file.
         #[arg(long)]
         out: PathBuf,
@@ -163,6 +170,20 @@ enum Command {
 
 fn preset_names() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(Preset::ALL.map(|(_, n)| n))
+}
+
+/// `linear:FACTOR` or `yarn:FACTOR:ORIGINAL_CONTEXT`.
+fn parse_rope_scaling(s: &str) -> Result<RopeScaling, String> {
+    let bad = || format!("{s:?}: expected linear:FACTOR or yarn:FACTOR:ORIGINAL_CONTEXT");
+    let parts: Vec<&str> = s.split(':').collect();
+    let factor = |t: &str| t.parse::<f32>().ok().filter(|f| f.is_finite() && *f > 0.0).ok_or_else(bad);
+    match parts.as_slice() {
+        ["linear", f] => Ok(RopeScaling::Linear { factor: factor(f)? }),
+        ["yarn", f, ctx] => {
+            Ok(RopeScaling::Yarn { factor: factor(f)?, original_context: ctx.parse().map_err(|_| bad())? })
+        }
+        _ => Err(bad()),
+    }
 }
 
 fn parse_type(s: &str) -> Result<GgmlType, String> {
@@ -237,9 +258,24 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Synth { preset, types, embd_type, output_type, tokenizer_from, seed, layers, vocab, split, out } => {
+        Command::Synth {
+            preset,
+            types,
+            embd_type,
+            output_type,
+            tokenizer_from,
+            seed,
+            layers,
+            vocab,
+            split,
+            rope_scaling,
+            rope_freqs,
+            out,
+        } => {
             let Some(preset) = Preset::from_name(&preset) else { bail!("unknown preset {preset}") };
             let mut shape = preset.shape();
+            shape.rope_scaling = rope_scaling.unwrap_or(shape.rope_scaling);
+            shape.rope_freq_factors = rope_freqs;
             if let Some(layers) = layers {
                 shape.layers = layers;
             }

@@ -84,6 +84,36 @@ pub struct Experts {
     pub ffn: u32,
 }
 
+/// How a position's angle departs from `position × base^(−2i/dims)`, as llama.cpp reads
+/// `{arch}.rope.scaling.*` for the families strata runs (its default type is linear).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum RopeScaling {
+    /// Angles as they are (type "none", or a factor of 1).
+    None,
+    /// Positions divided by `factor` (position interpolation).
+    Linear {
+        /// `rope.scaling.factor` (or the older `rope.scale_linear`).
+        factor: f32,
+    },
+    /// YaRN: each pair's angle blends the interpolated one (divided by `factor`) and
+    /// the original, by how many turns the pair makes over `original_context`
+    /// positions (betas 32 and 1, as llama.cpp fixes them); cos and sin are scaled by
+    /// `1 + 0.1·ln(factor)`.
+    Yarn {
+        /// `rope.scaling.factor`.
+        factor: f32,
+        /// `rope.scaling.original_context_length` (default: the training context).
+        original_context: u32,
+    },
+}
+
+impl RopeScaling {
+    fn is_none(&self) -> bool {
+        *self == RopeScaling::None
+    }
+}
+
 /// Everything about a model's shape that kernels and the runtime specialize on.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelDesc {
@@ -107,6 +137,15 @@ pub struct ModelDesc {
     pub rope_base: f32,
     /// Dimensions of each head that RoPE rotates.
     pub rope_dims: u32,
+    /// Long-context scaling of the angles.
+    #[serde(skip_serializing_if = "RopeScaling::is_none")]
+    pub rope_scaling: RopeScaling,
+    /// `rope.scaling.attn_factor`: cos and sin are multiplied by it (1: unchanged).
+    #[serde(skip_serializing_if = "is_one")]
+    pub rope_attn_factor: f32,
+    /// Whether `rope_freqs.weight` divides each pair's frequency (Llama 3.1 and later).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rope_freq_factors: bool,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
     /// Training context length.
@@ -137,7 +176,12 @@ pub enum Role {
     Router,
     /// Stacked expert weights, `[in, out, experts]`.
     Experts,
+    /// RoPE frequency factors, one a rotated pair (`rope_freqs.weight`).
+    RopeFactors,
 }
+
+/// The tensor of Llama 3.1+ RoPE frequency factors.
+pub const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// One tensor a family needs.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -231,6 +275,10 @@ impl ModelDesc {
             .ok_or_else(|| err(PackErrorKind::key(&eps_key, format!("missing (required for architecture {arch})"))))?;
         let rms_eps = limits::positive_in(&eps_key, rms_eps, MAX_RMS_EPS).map_err(err)?;
         let context = ranged("context_length", required_u32("context_length")?, 1, MAX_CONTEXT)?;
+        let (rope_scaling, rope_attn_factor) = rope_scaling(pack, arch, context)?;
+        // Llama 3.1+ frequency factors: llama.cpp reads them for the llama family only
+        // (elsewhere the tensor is unexpected, and refused as such).
+        let rope_freq_factors = family == Family::Llama && pack.tensor(ROPE_FREQS).is_some();
         let ffn = if family.is_moe() {
             match optional_u32("feed_forward_length")? {
                 Some(v) => ranged("feed_forward_length", v, 0, MAX_WIDTH)?,
@@ -284,6 +332,9 @@ impl ModelDesc {
             head_dim_v,
             rope_base,
             rope_dims,
+            rope_scaling,
+            rope_attn_factor,
+            rope_freq_factors,
             rms_eps,
             context,
             vocab,
@@ -340,6 +391,10 @@ impl ModelDesc {
         if !self.tied_output {
             add("output.weight".into(), &[e, v], Role::Output);
         }
+        // Last: a synthetic pack with factors has every other tensor where one without has.
+        if self.rope_freq_factors {
+            add(ROPE_FREQS.into(), &[u64::from(self.rope_dims / 2)], Role::RopeFactors);
+        }
         out
     }
 
@@ -394,12 +449,62 @@ impl ModelDesc {
                     crate::quant::supported_list()
                 )));
             }
-            if matches!(expected.role, Role::Norm | Role::Bias) && t.ty != GgmlType::F32 {
+            if matches!(expected.role, Role::Norm | Role::Bias | Role::RopeFactors) && t.ty != GgmlType::F32 {
                 return Err(err(format!("type {}, expected F32 for a {:?} tensor", t.ty, expected.role)));
             }
         }
         Ok(())
     }
+}
+
+fn is_one(v: &f32) -> bool {
+    *v == 1.0
+}
+
+/// Largest RoPE scaling factor accepted (real models use 2 to 64).
+const MAX_ROPE_FACTOR: f64 = 1e4;
+
+/// The rope scaling a pack's metadata asks for, as llama.cpp reads it: the type
+/// (`rope.scaling.type`, "linear" when absent), the factor (`rope.scaling.factor`, else
+/// `rope.scale_linear`; absent or 0 means 1), YaRN's original context and the attention
+/// factor. A type strata does not implement is refused by name.
+fn rope_scaling(pack: &Pack, arch: &str, context: u32) -> Result<(RopeScaling, f32), PackError> {
+    let m = pack.metadata();
+    let err = |k| pack.error(k);
+    let key = |k: &str| format!("{arch}.rope.scaling.{k}");
+    let factor_key = [key("factor"), format!("{arch}.rope.scale_linear")]
+        .into_iter()
+        .find(|k| m.get(k).is_some())
+        .unwrap_or_else(|| key("factor"));
+    let factor = match m.f64(&factor_key).map_err(err)? {
+        None => 1.0,
+        Some(0.0) => 1.0,
+        Some(f) => limits::positive_in(&factor_key, f, MAX_ROPE_FACTOR).map_err(err)?,
+    };
+    let attn_key = key("attn_factor");
+    let attn = match m.f64(&attn_key).map_err(err)? {
+        None => 1.0,
+        Some(a) => limits::positive_in(&attn_key, a, 100.0).map_err(err)?,
+    };
+    let type_key = key("type");
+    let scaling = match m.str(&type_key).map_err(err)?.unwrap_or("linear") {
+        "none" => RopeScaling::None,
+        "linear" if factor == 1.0 => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor },
+        "yarn" => {
+            let ctx_key = key("original_context_length");
+            let original = m.u32(&ctx_key).map_err(err)?.unwrap_or(context);
+            let original_context = limits::int_in(&ctx_key, original, 1, MAX_CONTEXT).map_err(err)?;
+            RopeScaling::Yarn { factor, original_context }
+        }
+        other => {
+            return Err(err(PackErrorKind::key(
+                &type_key,
+                format!("{other:?} is not supported (supported: none, linear, yarn)"),
+            )));
+        }
+    };
+    Ok((scaling, attn))
 }
 
 /// `head_count_kv`: a number, or a per-layer array whose entries must all agree.

@@ -145,7 +145,7 @@ impl Model {
         let s = Scratch::alloc(b, &mut kernels, &desc, &ops, window, chunk, n_ctx, n_blocks)?;
         let (cache_bytes, summary_bytes) = Cache::sizes(&desc, n_ctx, n_blocks);
         let caches = Cache::alloc_slots(b, slots, desc.layers, cache_bytes, summary_bytes)?;
-        let table = rope::table(n_ctx, desc.rope_dims, desc.rope_base)?;
+        let table = rope::table(n_ctx, &rope::Rope::of(&desc, rope::freq_factors(pack, &desc)?))?;
         b.write(s.cos_sin, 0, &table)?;
         let experts = match desc.experts {
             Some(_) => {

@@ -89,15 +89,15 @@ pub(super) struct PreType {
 }
 
 impl PreType {
-    /// The type for a `tokenizer.ggml.pre` value, as llama.cpp maps the names.
+    /// The type for a `tokenizer.ggml.pre` value, as llama.cpp maps the names; `None`
+    /// for a name strata does not know (llama.cpp refuses a name it does not know too):
+    /// guessing a pattern would give ids that differ from the model's own tokenizer
+    /// around digits and whitespace, without a word.
     ///
-    /// An empty or missing value is llama.cpp's "default". A name llama.cpp does not
-    /// know makes it refuse the model; here it takes GPT-2's pattern instead, the common
-    /// ancestor of most byte-level pre-tokenizers, so an unknown model still loads (its
-    /// ids may differ from its reference tokenizer's around digits and whitespace).
-    pub(super) fn from_name(name: &str) -> PreType {
+    /// An empty or missing value is llama.cpp's "default".
+    pub(super) fn from_name(name: &str) -> Option<PreType> {
         let plain = |patterns| PreType { patterns, ignore_merges: false, add_bos: false, no_bos: false };
-        match name {
+        Some(match name {
             "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
             | "jina-v5-nano" => PreType { patterns: &[LLAMA3], ignore_merges: true, add_bos: true, no_bos: false },
             "dbrx" | "smaug-bpe" => plain(&[LLAMA3]),
@@ -138,9 +138,12 @@ impl PreType {
             "poro-chat" | "bloom" | "gpt3-finnish" => plain(&[BLOOM]),
             "viking" => plain(&[BLOOM, r"\p{N}"]),
             "" | "default" => plain(&[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"]),
-            // "gpt-2", "mpt", "olmo", "jais", "phi-2", "exaone4", ... and every unknown name.
-            _ => plain(&[GPT2]),
-        }
+            // The names llama.cpp gives GPT-2's pattern.
+            "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de" | "a.x-4.0"
+            | "mellum" | "modern-bert" | "jina-v1-en" | "jina-v2-code" | "roberta-bpe" | "exaone4" | "mpt" | "olmo"
+            | "jais" | "trillion" | "granite-docling" => plain(&[GPT2]),
+            _ => return None,
+        })
     }
 }
 
@@ -345,7 +348,7 @@ mod tests {
             "bloom",
             "viking",
         ] {
-            for p in PreType::from_name(name).patterns {
+            for p in PreType::from_name(name).expect("known").patterns {
                 if let Err(e) = Regex::new(p) {
                     panic!("{name}: {p}: {e:?}");
                 }

@@ -316,7 +316,12 @@ impl Tokenizer {
         let mut vocab = Vocab { texts, attrs, scores, index };
 
         let pre_name = md.str("tokenizer.ggml.pre")?.unwrap_or("");
-        let pre = bpe::PreType::from_name(pre_name);
+        // llama.cpp reads the pre-tokenizer of byte-level BPE only.
+        let pre =
+            bpe::PreType::from_name(if is_bpe { pre_name } else { "" }).ok_or_else(|| TokenizerError::Invalid {
+                key: "tokenizer.ggml.pre".into(),
+                what: format!("pre-tokenizer {pre_name:?} is not supported (README: supported models)"),
+            })?;
         // Defaults per tokenizer model, as llama.cpp sets them before reading the keys.
         let (mut bos, mut eos, mut unk) = if is_bpe { (Some(11), Some(11), None) } else { (Some(1), Some(2), Some(0)) };
         let (mut add_bos, mut add_space_prefix) = if is_bpe { (pre.add_bos, false) } else { (true, true) };
