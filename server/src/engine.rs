@@ -1,14 +1,16 @@
 //! The engine: one thread owns the model and serves up to `slots` sequences at once, one
 //! step per sequence per turn (a fair round robin), with a first-come queue beyond
-//! that. A slot keeps its KV cache after a request: the next request goes to the free
-//! slot whose cache shares the longest prefix with its prompt and reads only the rest
-//! (a chat's next turn reads only the new turn). A step is one prompt chunk (`--prefill` tokens) while a prompt is read, then
+//! that. A step is one prompt chunk (`--prefill` tokens) while a prompt is read, then
 //! one token: a long prompt holds the other slots for one chunk a turn, not for its
 //! whole length. A request whose client went away is dropped before its next chunk or
 //! token, and a queued one as soon as the engine looks at its queue. With speculative
 //! decoding a step may yield several tokens; they are passed on one a turn before the
 //! next step. A request with log-probabilities or a grammar (`response_format`, a forced
 //! tool call) decodes one token a step, its grammar's mask computed while the model runs.
+//!
+//! A slot keeps its KV cache after a request: the next request goes to the free slot
+//! whose cache shares the longest prefix with its prompt and reads only the rest (a
+//! chat's next turn reads only the new turn).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -248,7 +250,7 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
             if let Some(ended) = done.then(|| slots[i].take()).flatten() {
                 // What the slot holds now, unless the device failed under it.
                 let pos = s.model.select(i).map(|()| s.model.pos() as usize);
-                held[i] = match (&result_failed, pos) {
+                held[i] = match (result_failed, pos) {
                     (false, Ok(pos)) => ended.held(pos),
                     _ => Vec::new(),
                 };
