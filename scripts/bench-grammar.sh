@@ -4,13 +4,18 @@
 # in the same rounds, 125 tokens without one, greedy and sampled. Prints each mode's
 # median decode tokens/s and the grammar's mean mask time.
 #   scripts/bench-grammar.sh [BACKEND] [ROUNDS]   (defaults: host 5; needs a release build)
+# On the device machine (no network, no clang): RUN=.device/bin/strata-run, MODEL=a pack
+# (e.g. a SmolLM2-shaped synthetic pack with SmolLM2's tokenizer: the schema bounds what
+# random weights write) and ARTIFACTS=its compiled kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 backend="${1:-host}"
 rounds="${2:-5}"
-run=target/release/strata-run
+run=${RUN:-target/release/strata-run}
 [ -x "$run" ] || { echo "bench-grammar: build first: cargo build --release --locked" >&2; exit 1; }
-model=$(scripts/fetch-model.sh)
+model=${MODEL:-$(scripts/fetch-model.sh)}
+artifacts=()
+[ -n "${ARTIFACTS:-}" ] && artifacts=(--artifacts "$ARTIFACTS")
 schema=$(mktemp)
 trap 'rm -f "$schema"' EXIT
 cat >"$schema" <<'JSON'
@@ -19,7 +24,7 @@ cat >"$schema" <<'JSON'
                 "city": {"type": "string", "maxLength": 24}},
  "required": ["name", "age", "city"], "additionalProperties": false}}
 JSON
-common=(generate --pack "$model" --backend "$backend" --chat --prompt "List six people as JSON." --seed 5)
+common=(generate --pack "$model" --backend "$backend" "${artifacts[@]}" --chat --prompt "List six people as JSON." --seed 5)
 declare -A rates masks
 modes=("greedy" "sampled" "greedy+schema" "sampled+schema")
 for _ in $(seq "$rounds"); do

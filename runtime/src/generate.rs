@@ -55,8 +55,8 @@ pub fn prefill(s: &mut Session, tokens: &[u32]) -> Result<(), RunError> {
 /// serves several sequences calls it once a turn, so that a long prompt can be abandoned
 /// (client gone) and other sequences step between its chunks.
 pub fn prefill_chunk(s: &mut Session, tokens: &[u32], read: usize) -> Result<usize, RunError> {
-    let chunk = (s.model.chunk() as usize).max(1);
-    let end = read.saturating_add(chunk).min(tokens.len());
+    let rest = tokens.len().saturating_sub(read);
+    let end = read + s.model.prompt_passes(rest).first().map_or(0, |p| p.end);
     let Some(part) = tokens.get(read..end).filter(|p| !p.is_empty()) else {
         return Err(RunError::Other(format!("no prompt tokens after {read} of {}", tokens.len())));
     };
@@ -206,7 +206,8 @@ pub fn score(s: &mut Session, tokens: &[u32], k: usize) -> Result<Vec<Scored>, R
     }
     s.model.reset();
     let mut out = Vec::with_capacity(tokens.len());
-    for chunk in tokens.chunks(s.model.chunk() as usize) {
+    for pass in s.model.prompt_passes(tokens.len()) {
+        let chunk = &tokens[pass];
         s.model.forward(chunk, Logits::All)?;
         let logits = s.model.logits(chunk.len() as u32)?;
         let vocab = s.model.desc.vocab as usize;
@@ -234,7 +235,8 @@ pub fn perplexity(s: &mut Session, tokens: &[u32], ctx: usize) -> Result<(f64, u
     for window in tokens.chunks_exact(ctx) {
         s.model.reset();
         let mut at = 0;
-        for chunk in window.chunks(s.model.chunk() as usize) {
+        for pass in s.model.prompt_passes(window.len()) {
+            let chunk = &window[pass];
             s.model.forward(chunk, Logits::All)?;
             let logits = s.model.logits(chunk.len() as u32)?;
             for i in 0..chunk.len() {

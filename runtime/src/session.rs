@@ -340,7 +340,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
     let (kernels, window, art) = if device.backend == "cpu" {
         let target = Target::load("sm_90").map_err(|e| RunError::Other(e.to_string()))?;
         let window = match desc.experts {
-            Some(_) => opts.prefill.max(opts.spec.window),
+            Some(_) => opts.prefill.max(opts.spec.window).min(MAX_WINDOW),
             None => opts.spec.window,
         };
         (Kernels::planned(target, opts.int8).with_qsa_block(opts.qsa.block), window.max(1), None)

@@ -11,7 +11,8 @@
 #
 # Needs .device/bin, .device/bench/<pack>/ and llama-bench (scripts/device/llama-bench.sh:
 # .peer/llama.cpp.tar.gz or .peer/llama-bench.xz.part-*). PEER=0 skips llama.cpp;
-# ONLY=REGEX runs only the packs whose names match.
+# ONLY=REGEX runs only the packs whose names match; ALSO="FLAGS" times pp512 once more
+# with those strata-run flags.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device/bench-packs.sh
@@ -76,6 +77,15 @@ while read -r name preset types layers; do
         $bin/strata-run bench --pack "$pack" --artifacts "$art" --ctx $((TTFT + 256)) -p "$TTFT" -n 1 -r 1 \
             2>&1 | tee "$out/$name-ttft.txt"
         summary+=("$name|$(grep -o "pp$TTFT [0-9.]* t/s (ttft [0-9.]* ms)" "$out/$name-ttft.txt" | head -1)")
+        echo "SUMMARY ${summary[-1]}"
+    fi
+    # ALSO="FLAGS": pp512 once more with strata-run's FLAGS (e.g. --prefill 4, the
+    # narrower passes of before), same pack, same run, no peer.
+    if [ -n "${ALSO:-}" ]; then
+        # shellcheck disable=SC2086
+        $bin/strata-run bench --pack "$pack" --artifacts "$art" --ctx 768 -p 512 -n 16 -r 3 $ALSO \
+            >"$out/$name-also.txt" 2>&1
+        summary+=("$name ($ALSO)|$(grep -o 'pp512 [0-9.]* t/s (ttft [0-9.]* ms)' "$out/$name-also.txt")")
         echo "SUMMARY ${summary[-1]}"
     fi
     # GEMM tile variants (strata-compile --gemm-tile, built by hand into

@@ -14,6 +14,7 @@ cd "$(dirname "$0")/../.."
 dev=.device
 run=$dev/bin/strata-run
 export STRATA_CACHE=/tmp/strata-cache
+MOE_PROMPT=$(cat scripts/device/moe-prompt.txt)
 rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); }
 for p in moe-a moe-b; do
@@ -27,7 +28,7 @@ for p in moe-a moe-b; do
         while read -r tag flags; do
             want=$dev/moe/$p-cpu-$tag.txt
             # shellcheck disable=SC2086
-            if ! $run generate --pack "$dev/moe/$p.gguf" --artifacts "$art" --prompt "The experts of layer" \
+            if ! $run generate --pack "$dev/moe/$p.gguf" --artifacts "$art" --prompt "$MOE_PROMPT" \
                 --max-tokens 32 $flags >/tmp/moe-got.txt 2>/tmp/moe-err.txt; then
                 row "$name $tag" "FAIL: $(tail -1 /tmp/moe-err.txt)"
             elif cmp -s /tmp/moe-got.txt "$want"; then

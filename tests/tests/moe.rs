@@ -135,3 +135,62 @@ fn a_budget_below_one_layers_experts_is_refused_with_sizes() {
     assert!("25%".parse::<CacheSize>().is_ok() && "0%".parse::<CacheSize>().is_err());
     assert!("512".parse::<CacheSize>() == Ok(CacheSize::Mib(512)) && "lots".parse::<CacheSize>().is_err());
 }
+
+/// A mixture of experts compiled with verify windows of 4 also has the prompt window
+/// (16): a prompt is read in 16-token passes and its last tokens in verify windows, and
+/// its last logits equal those of one window pass a token (the CPU backend running the
+/// compiled kernels' records). A `--prefill` narrower than the prompt window, or one it
+/// has no kernels for, keeps the verify windows.
+#[test]
+fn prompts_are_read_in_the_prompt_window_then_verify_windows() {
+    use strata_compiler::model::ModelDesc;
+    use strata_compiler::pack::Pack;
+    use strata_compiler::plan::{self, Options};
+    use strata_compiler::target::Target;
+    use strata_runtime::backend::cpu::Cpu;
+    use strata_runtime::kernels::Kernels;
+    use strata_runtime::model::{Logits, Model};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_pack(dir.path(), "moe.gguf", &[GgmlType::IQ2_XS, GgmlType::Q4_K]);
+    let pack = Pack::open(&path).expect("opens");
+    let desc = ModelDesc::from_pack(&pack).expect("a model");
+    let target = Target::load("sm_90").expect("known");
+    let compiled =
+        plan::plan(&desc, &pack, &target, &Options { verify_window: 4, ..Options::default() }).expect("plans").kernels;
+    let windows: std::collections::BTreeSet<u32> = compiled
+        .iter()
+        .filter_map(|k| match k.op {
+            strata_compiler::ops::Op::ExpertGemv(g) => Some(g.window),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(windows.into_iter().collect::<Vec<_>>(), [1, 2, 3, 4, MAX_WINDOW]);
+    let load = |window: u32, prefill: u32| {
+        let kernels = Kernels::compiled(compiled.iter().cloned());
+        let experts = ExpertOptions::default();
+        Model::load(&pack, Box::new(Cpu::new()), kernels, 96, window, prefill, 1, &experts, &mut |_, _| {})
+            .expect("loads")
+    };
+    let prompt: Vec<u32> = (0..37).map(|i| (i * 53 + 7) % 256).collect();
+    let last_logits = |model: &mut Model| {
+        for pass in model.prompt_passes(prompt.len()) {
+            let logits = if pass.end == prompt.len() { Logits::Last } else { Logits::None };
+            model.forward(&prompt[pass], logits).expect("reads the prompt");
+        }
+        model.logits(1).expect("logits")
+    };
+
+    let mut wide = load(4, 512);
+    assert_eq!((wide.window(), wide.chunk()), (4, MAX_WINDOW));
+    assert_eq!(wide.prompt_passes(37), [0..16, 16..32, 32..36, 36..37]);
+    for narrow in [4, 6] {
+        let model = load(4, narrow);
+        assert_eq!(model.chunk(), 4, "--prefill {narrow}");
+    }
+    let mut one = load(1, 1);
+    assert_eq!(one.prompt_passes(3), [0..1, 1..2, 2..3]);
+    let (a, b) = (last_logits(&mut wide), last_logits(&mut one));
+    let most = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(most < 1e-3, "the prompt window's logits differ from single-token passes' by {most}");
+}

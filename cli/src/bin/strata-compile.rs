@@ -94,7 +94,8 @@ struct CompileArgs {
     #[arg(long)]
     no_stream_k: bool,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
-    /// attention): prompts are then read in verify-window passes.
+    /// attention; a mixture of experts' 16-token window): prompts are then read in
+    /// verify-window passes.
     #[arg(long)]
     no_prefill: bool,
     /// Plan, render and check only, with no toolchain: write the module source and the

@@ -71,7 +71,8 @@ pub struct Options {
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub stream_k: bool,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
-    /// of a dense pack; without them prompts are read in verify-window passes.
+    /// of a dense pack, or a mixture of experts' prompt window; without them prompts are
+    /// read in verify-window passes.
     #[serde(default)]
     pub prefill: bool,
 }
@@ -553,12 +554,25 @@ pub enum PlanError {
     },
 }
 
+/// The GEMV windows planned: every verify window, and for a mixture of experts with
+/// `prefill` on its prompt window, [`MAX_WINDOW`]: it reads prompts in passes of that
+/// many tokens (the most its routing takes), each reading a layer's chosen experts once
+/// for all of them, and a prompt's last tokens in verify windows.
+fn windows(model: &ModelDesc, options: &Options) -> Vec<u32> {
+    let verify = options.verify_window.max(1);
+    let mut windows: Vec<u32> = (1..=verify).collect();
+    if model.experts.is_some() && options.prefill && verify < MAX_WINDOW {
+        windows.push(MAX_WINDOW);
+    }
+    windows
+}
+
 /// Plans every kernel `pack` (described by `model`) needs on `target`.
 pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) -> Result<Plan, PlanError> {
     if options.verify_window > MAX_WINDOW {
         return Err(PlanError::VerifyWindow(options.verify_window));
     }
-    let max_window = options.verify_window.max(1);
+    let windows = windows(model, options);
     let mut ops = Vec::new();
     // Prompt chunks of a dense pack run on the matrix units (a mixture of experts reads
     // its prompt in windows: its routing and expert products take at most MAX_WINDOW).
@@ -580,7 +594,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
                 what: format!("row length {cols} is not a multiple of 32, which every GEMV kernel needs"),
             });
         }
-        ops.extend((1..=max_window).map(|window| Op::Gemv(ops::Gemv { quant: t.ty, rows, cols, window })));
+        ops.extend(windows.iter().map(|&window| Op::Gemv(ops::Gemv { quant: t.ty, rows, cols, window })));
         if prefill {
             ops.push(Op::Gemm(ops::Gemm { quant: t.ty, rows, cols }));
         }
@@ -605,7 +619,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     }
     let forward = Forward::new(model, block);
     if let Some(experts) = model.experts {
-        ops.extend(expert_ops(model, pack, experts, &forward, max_window)?);
+        ops.extend(expert_ops(model, pack, experts, &forward, &windows)?);
         ops.push(forward.add_norm(false, true));
     }
 
@@ -690,7 +704,7 @@ fn expert_ops(
     pack: &Pack,
     experts: crate::model::Experts,
     forward: &Forward,
-    max_window: u32,
+    windows: &[u32],
 ) -> Result<Vec<Op>, PlanError> {
     let (count, used) = (experts.count, experts.used);
     if count > rules::MAX_EXPERTS || used == 0 || used > count || used > 32 {
@@ -720,7 +734,7 @@ fn expert_ops(
             });
         }
         for (t, input) in [(gate, ExpertInput::Token), (down, ExpertInput::Choice)] {
-            ops.extend((1..=max_window).filter_map(|window| forward.expert_product(t.ty, window, input)));
+            ops.extend(windows.iter().filter_map(|&window| forward.expert_product(t.ty, window, input)));
         }
     }
     Ok(ops)

@@ -67,7 +67,7 @@ impl Model {
                     layers: &self.shapes,
                     output: self.output.matrix(),
                     embedding: self.embed.ty,
-                    gemm: t > self.window,
+                    gemm: t > self.window && self.experts.is_none(),
                 };
                 let steps: Arc<[Step]> = self.ops.steps(&pass, &mut self.kernels).into();
                 self.passes.insert((t, logits, sparse_from), steps.clone());

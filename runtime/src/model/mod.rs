@@ -42,6 +42,7 @@ use weights::{Layer, Weight, Weights};
 
 use strata_compiler::forward::{Forward, LayerShape, Step};
 use strata_compiler::model::ModelDesc;
+use strata_compiler::ops::ExpertInput;
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::MAX_WINDOW;
 
@@ -138,11 +139,22 @@ impl Model {
         let Weights { embed, output_norm, output, layers } = Weights::upload(&mut up, b, &kernels, &desc)?;
         let n_blocks = n_ctx.div_ceil(block) as usize;
         let ops = Forward::new(&desc, block);
-        let chunk = match desc.experts.is_none() && kernels.has(&ops.attention_prefill()) {
-            true => prefill.max(1),
-            false => window,
+        // Prompt chunks: GEMM chunks of `prefill` tokens where the kernels have them; a
+        // mixture of experts reads its prompt in the widest window passes its kernels
+        // have, up to `prefill` tokens (and MAX_WINDOW, the most its routing takes).
+        let chunk = match desc.experts {
+            None if kernels.has(&ops.attention_prefill()) => prefill.max(1),
+            None => window,
+            Some(_) => {
+                let gate = pack.tensor("blk.0.ffn_gate_exps.weight").map(|t| t.ty);
+                let has = |w: u32| {
+                    gate.and_then(|ty| ops.expert_product(ty, w, ExpertInput::Token)).is_some_and(|op| kernels.has(&op))
+                };
+                (window + 1..=prefill.min(MAX_WINDOW)).rev().find(|&w| has(w)).unwrap_or(window)
+            }
         };
-        let s = Scratch::alloc(b, &mut kernels, &desc, &ops, window, chunk, n_ctx, n_blocks)?;
+        let widest = if desc.experts.is_some() { chunk } else { window };
+        let s = Scratch::alloc(b, &mut kernels, &desc, &ops, widest, chunk, n_ctx, n_blocks)?;
         let (cache_bytes, summary_bytes) = Cache::sizes(&desc, n_ctx, n_blocks);
         let caches = Cache::alloc_slots(b, slots, desc.layers, cache_bytes, summary_bytes)?;
         let table = rope::table(n_ctx, &rope::Rope::of(&desc, rope::freq_factors(pack, &desc)?))?;
@@ -158,7 +170,7 @@ impl Model {
                     + (512 << 20);
                 let mut done = up.done;
                 let progress = &mut *up.progress;
-                let x = Experts::load(pack, &desc, b, expert_options, window, other, &mut |n| {
+                let x = Experts::load(pack, &desc, b, expert_options, widest, other, &mut |n| {
                     done += n;
                     progress(done, total);
                 })?;
@@ -166,9 +178,13 @@ impl Model {
             }
             None => None,
         };
-        // Routing takes up to MAX_WINDOW tokens a pass (and a small cache fewer).
+        // Routing takes up to MAX_WINDOW tokens a pass, and a small cache fewer: where it
+        // cannot hold the prompt window's experts, prompts go in verify windows.
         let window = experts.as_ref().map_or(window, |x| window.min(x.max_window).min(MAX_WINDOW));
-        let chunk = if experts.is_some() { window } else { chunk };
+        let chunk = match &experts {
+            Some(x) if chunk > x.max_window => window,
+            _ => chunk,
+        };
         let shapes = (0..layers.len())
             .map(|l| {
                 let pools = experts.as_ref().map(|x| (x.gate_up[l].ty, x.down[l].ty));
@@ -260,6 +276,22 @@ impl Model {
     /// The backend (for device information and synchronization).
     pub fn backend(&mut self) -> &mut dyn Backend {
         self.backend.as_mut()
+    }
+
+    /// The passes that read `n` prompt tokens, in order: chunks, and where a chunk is a
+    /// mixture of experts' prompt window, the tokens after the last whole one in verify
+    /// windows (the narrower widths its kernels have).
+    pub fn prompt_passes(&self, n: usize) -> Vec<std::ops::Range<usize>> {
+        let (chunk, window) = (self.chunk.max(1) as usize, self.window.max(1) as usize);
+        let mut passes = Vec::with_capacity(n.div_ceil(chunk) + window);
+        let mut at = 0;
+        while at < n {
+            let rest = n - at;
+            let take = if rest >= chunk || self.experts.is_none() { rest.min(chunk) } else { rest.min(window) };
+            passes.push(at..at + take);
+            at += take;
+        }
+        passes
     }
 
     /// Checks that `t` tokens fit one pass and the context, returning `t`.

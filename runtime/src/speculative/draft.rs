@@ -67,7 +67,9 @@ impl DraftModel {
         if max == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        for chunk in history[common..history.len() - 1].chunks(model.chunk() as usize) {
+        let prompt = &history[common..history.len() - 1];
+        for pass in model.prompt_passes(prompt.len()) {
+            let chunk = &prompt[pass];
             model.forward(chunk, Logits::None)?;
             fed.extend_from_slice(chunk);
         }

@@ -273,7 +273,7 @@ struct OpenArgs {
     #[arg(long)]
     ctx: Option<u32>,
     /// Tokens per prompt pass: GEMMs on the matrix units where wider than the verify
-    /// window (a mixture of experts reads its prompt in verify-window passes).
+    /// window (a mixture of experts reads its prompt in window passes of up to 16).
     #[arg(long, default_value_t = strata_compiler::plan::rules::GEMM_CHUNK, value_parser = clap::value_parser!(u32).range(1..=65_535))]
     prefill: u32,
     /// Seconds a kernel may run before it is reported as a hang.
