@@ -180,13 +180,13 @@ pub fn generate_constrained(
     Ok(stats)
 }
 
-/// Reads `token` into the model while `constraint` computes its next mask on another
-/// thread: the mask depends on the tokens so far, not on the logits, so on a GPU the
-/// grammar costs no time at all.
+/// Decodes `token` (the captured step) while `constraint` computes its next mask on
+/// another thread: the mask depends on the tokens so far, not on the logits, so on a
+/// GPU it is off the critical path.
 pub fn forward_constrained(model: &mut Model, token: u32, constraint: &mut Constraint) -> Result<(), RunError> {
     let (forward, prepared) = std::thread::scope(|scope| {
         let mask = scope.spawn(|| constraint.prepare());
-        (model.forward(&[token], Logits::Last), mask.join())
+        (model.decode(token), mask.join())
     });
     forward?;
     match prepared {

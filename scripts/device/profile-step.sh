@@ -3,8 +3,8 @@
 # of a short generation (each alone, clocks and caches left as they are) and the kernels
 # of the last decode step are summed by name. Needs .device/bin and .device/bench/<pack>
 # (scripts/prepare-bench.sh). Usage: profile-step.sh PACK_NAME (a line of bench-packs.txt).
-# PROMPT="..." FIRST=1 sums the first pass instead: the prompt's first chunk (or window);
-# LAUNCHES=N profiles only the first N kernels.
+# PROMPT="..." WIDEST=1 sums the pass with the most kernel time instead (a prompt's
+# chunk or window); LAUNCHES=N profiles only the first N kernels.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 name=${1:-llama8b-IQ2_XS}
@@ -22,14 +22,16 @@ limit=()
 ncu "${limit[@]}" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
     $bin/strata-run generate --pack "$pack" --artifacts ".device/bench/$name" --prompt "${PROMPT:-hi}" --max-tokens 3 \
     2>/dev/null | grep '^"' >"$csv"
-FIRST=${FIRST:-0} python3 - "$csv" <<'PY'
+WIDEST=${WIDEST:-0} python3 - "$csv" <<'PY'
 import csv, os, sys, collections
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["Metric Name"] == "gpu__time_duration.sum"]
 names = [r["Kernel Name"] for r in rows]
-# The last decode step: from the last embedding kernel to the end (FIRST=1: the first
-# pass, to the second embedding kernel).
+# A pass runs from an embedding kernel to the next. The last decode step, or (WIDEST=1)
+# the pass with the most kernel time.
 embeds = [i for i, n in enumerate(names) if n.startswith("embed_")]
-step = rows[embeds[0]:embeds[1]] if os.environ["FIRST"] == "1" else rows[embeds[-1]:]
+passes = [rows[a:b] for a, b in zip(embeds, embeds[1:] + [len(rows)])]
+us = lambda p: sum(float(r["Metric Value"].replace(",", "")) for r in p)
+step = max(passes, key=us) if os.environ["WIDEST"] == "1" else passes[-1]
 total = collections.OrderedDict()
 for r in step:
     t, n = total.get(r["Kernel Name"], (0.0, 0))

@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use strata_runtime::backend::RunError;
 use strata_runtime::constrain::Constraint;
 use strata_runtime::generate;
-use strata_runtime::model::Logits;
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher, top_k};
 use strata_runtime::session::Session;
 use strata_runtime::speculative::Speculator;
@@ -334,7 +333,7 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
         // masks each token's logits: no speculation.
         match &mut a.job.constraint {
             Some(c) => generate::forward_constrained(&mut s.model, token, c)?,
-            None => s.model.forward(&[token], Logits::Last)?,
+            None => s.model.decode(token)?,
         }
         let next = pick(s, a)?;
         a.pending.push_back(next);

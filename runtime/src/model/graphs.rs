@@ -1,4 +1,4 @@
-//! Captured steps: the greedy decode step and the verify windows, each captured once per
+//! Captured steps: the decode step (greedy, or leaving its logits) and the verify windows, each captured once per
 //! (slot, window, argmax or logits, sparse) as a graph (a CUDA graph on CUDA) and replayed
 //! after, so that a step costs one launch from the host.
 //!
@@ -33,6 +33,20 @@ impl Model {
         let next = i32::from_le_bytes(out) as u32;
         self.on_device = Some((slot, next));
         Ok(next)
+    }
+
+    /// Decodes one token and leaves its logits for [`Model::logits`] (to sample, to
+    /// mask with a grammar, for log-probabilities): the step is captured on first use and
+    /// replayed after, as [`Model::decode_greedy`]'s is.
+    pub fn decode(&mut self, token: u32) -> Result<(), RunError> {
+        if self.checked {
+            return self.forward(&[token], Logits::All);
+        }
+        self.room(1)?;
+        self.upload_ids(&[token])?;
+        self.replay_step(1, false)?;
+        self.pos[self.slot] += 1;
+        Ok(())
     }
 
     /// Runs a verify window (`tokens` at the next positions, in one pass of window

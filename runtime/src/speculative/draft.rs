@@ -82,7 +82,7 @@ impl DraftModel {
                 dists.push(vec![(next, 1.0)]);
                 next
             } else {
-                model.forward(&[token], Logits::Last)?;
+                model.decode(token)?;
                 let q = sampler.distribution(&model.logits(1)?, &seen, &made);
                 let next = sampler.draw(&q);
                 dists.push(q);
