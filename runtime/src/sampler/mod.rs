@@ -233,9 +233,7 @@ impl Sampler {
         let mut sorted = false;
         let k = self.cfg.top_k;
         if k > 0 && k < cands.len() {
-            cands.select_nth_unstable_by(k - 1, by_logit_desc);
-            cands.truncate(k);
-            cands.sort_unstable_by(by_logit_desc);
+            keep_best(cands, k);
             sorted = true;
         }
 
@@ -328,16 +326,57 @@ pub fn argmax(logits: &[f32]) -> u32 {
 /// comparisons. Selects in O(n) and sorts only the k winners. NaN logits are returned as `-inf`.
 pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     let mut v: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, sanitize(l))).collect();
-    let k = k.min(v.len());
-    if k == 0 {
-        return Vec::new();
-    }
-    if k < v.len() {
-        v.select_nth_unstable_by(k - 1, by_logit_desc);
-        v.truncate(k);
-    }
-    v.sort_unstable_by(by_logit_desc);
+    keep_best(&mut v, k);
     v
+}
+
+/// Keeps the `k` best of `cands` (highest logit, then lowest id), best first. One pass
+/// against the worst of the best so far: with k in the tens and a vocabulary of 10⁵,
+/// nearly every candidate costs one comparison, where selecting in place moved them all
+/// (a sampled token's largest host cost).
+fn keep_best(cands: &mut Vec<(u32, f32)>, k: usize) {
+    /// A candidate ordered worst last, so that a max-heap's top is the worst kept.
+    #[derive(Clone, Copy)]
+    struct Ranked((u32, f32));
+    impl PartialEq for Ranked {
+        fn eq(&self, other: &Self) -> bool {
+            self.cmp(other) == Ordering::Equal
+        }
+    }
+    impl Eq for Ranked {}
+    impl PartialOrd for Ranked {
+        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Ranked {
+        fn cmp(&self, other: &Self) -> Ordering {
+            by_logit_desc(&self.0, &other.0)
+        }
+    }
+    if k >= cands.len() {
+        cands.sort_unstable_by(by_logit_desc);
+        return;
+    }
+    let mut best = std::collections::BinaryHeap::with_capacity(k);
+    // The worst kept logit: a candidate below it is out at one float comparison.
+    let mut floor = f32::NEG_INFINITY;
+    for &c in cands.iter() {
+        if best.len() < k {
+            best.push(Ranked(c));
+        } else if c.1 >= floor && best.peek().is_some_and(|w| by_logit_desc(&c, &w.0) == Ordering::Less) {
+            if let Some(mut worst) = best.peek_mut() {
+                *worst = Ranked(c);
+            }
+        } else {
+            continue;
+        }
+        if best.len() == k {
+            floor = best.peek().map_or(floor, |w| w.0.1);
+        }
+    }
+    cands.clear();
+    cands.extend(best.into_sorted_vec().into_iter().map(|r| r.0));
 }
 
 /// NaN -> `-inf`, so comparisons are total and NaN is never chosen.

@@ -358,3 +358,23 @@ fn logit_bias_bans_and_forces_tokens() {
         assert_eq!(s.sample(&l, &[]), 7);
     }
 }
+
+#[test]
+fn keeping_the_best_k_equals_sorting_all_ties_nan_and_infinities_included() {
+    for salt in 0..4 {
+        // Few distinct values: many ties, which the lower id wins.
+        let mut row: Vec<f32> = logits(5000, salt).into_iter().map(|l| (l * 2.0).round()).collect();
+        row[7] = f32::NAN;
+        row[11] = f32::INFINITY;
+        row[13] = f32::NEG_INFINITY;
+        let all: Vec<(u32, f32)> = row.iter().enumerate().map(|(i, &l)| (i as u32, sanitize(l))).collect();
+        let mut sorted = all.clone();
+        sorted.sort_unstable_by(by_logit_desc);
+        for k in [0, 1, 2, 40, 4999, 5000, 6000] {
+            let mut kept = all.clone();
+            keep_best(&mut kept, k);
+            assert_eq!(kept, sorted[..k.min(sorted.len())], "salt {salt}, k {k}");
+            assert_eq!(top_k(&row, k), kept, "salt {salt}, k {k}");
+        }
+    }
+}
