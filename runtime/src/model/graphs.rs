@@ -1,6 +1,6 @@
-//! Captured steps: the decode step (greedy, or leaving its logits) and the verify windows, each captured once per
-//! (slot, window, argmax or logits, sparse) as a graph (a CUDA graph on CUDA) and replayed
-//! after, so that a step costs one launch from the host.
+//! Captured steps: the decode step (greedy, or leaving its logits) and the verify
+//! windows, each captured once per (slot, window, argmax or logits, sparse) as a graph (a
+//! CUDA graph on CUDA) and replayed after, so that a step costs one launch from the host.
 //!
 //! A step bakes in its slot's caches, its window size and whether it attends sparsely;
 //! only the token ids and the position travel to the device before a replay. Where a

@@ -323,7 +323,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
 }
 
 /// The k highest (id, logit), highest first, ties by lower id; used for reports and reference
-/// comparisons. Selects in O(n) and sorts only the k winners. NaN logits are returned as `-inf`.
+/// comparisons. NaN logits are returned as `-inf`.
 pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     let mut v: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, sanitize(l))).collect();
     keep_best(&mut v, k);
