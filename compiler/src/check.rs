@@ -164,7 +164,25 @@ mod tests {
                 let ops = [
                     Op::QsaScore(ops::QsaScore { heads, kv_heads, head_dim, block: 16 }),
                     Op::QsaSelect(ops::QsaSelect { kv_heads, block: 16 }),
-                    Op::Attention(ops::Attention { heads, kv_heads, head_dim, scale: 0.1, block: 16, sparse: true }),
+                    Op::Attention(ops::Attention {
+                        heads,
+                        kv_heads,
+                        head_dim,
+                        scale: 0.1,
+                        block: 16,
+                        sparse: true,
+                        window: 0,
+                    }),
+                    // A local layer's window (Gemma 3: 4/1 heads of 256, 512 positions).
+                    Op::Attention(ops::Attention {
+                        heads,
+                        kv_heads,
+                        head_dim,
+                        scale: 0.1,
+                        block: 16,
+                        sparse: false,
+                        window: 512,
+                    }),
                 ];
                 for op in ops {
                     let k = rules::kernel(op, &target);
@@ -182,6 +200,7 @@ mod tests {
                     scale: 0.1,
                     block: 16,
                     sparse: false,
+                    window: 0,
                 }),
             ] {
                 let errors = check(&plan(vec![rules::kernel(op, &target)]), &target);

@@ -51,6 +51,10 @@ pub struct Shape {
     pub experts: Option<Experts>,
     /// Whether the output projection is tied to the embedding.
     pub tied_output: bool,
+    /// Gemma 3's sliding window (`attention.sliding_window`; 0: none) and every how
+    /// many layers one is global (`attention.sliding_window_pattern`; 0: the
+    /// family's default, not written).
+    pub sliding_window: (u32, u32),
 }
 
 /// Named real (and tiny test) shapes.
@@ -74,11 +78,17 @@ pub enum Preset {
     TinyQwen3,
     /// A 2-layer qwen3moe (8 experts, 2 used) whose widths are multiples of 256.
     TinyQwen3Moe,
+    /// Gemma 3 270M (gemma3): 18 layers, 640 wide, FFN 2048, 4/1 heads of 256, a
+    /// sliding window of 512 on five layers in six.
+    Gemma3_270M,
+    /// A 3-layer gemma3 whose widths are multiples of 256: two local layers with a
+    /// window of 16 positions, then a global one.
+    TinyGemma3,
 }
 
 impl Preset {
     /// Every preset with its command-line name.
-    pub const ALL: [(Preset, &'static str); 8] = [
+    pub const ALL: [(Preset, &'static str); 10] = [
         (Preset::SmolLm2, "smollm2-135m"),
         (Preset::Llama8B, "llama-8b"),
         (Preset::Llama1B, "llama-1b"),
@@ -87,6 +97,8 @@ impl Preset {
         (Preset::TinyLlama, "tiny-llama"),
         (Preset::TinyQwen3, "tiny-qwen3"),
         (Preset::TinyQwen3Moe, "tiny-qwen3moe"),
+        (Preset::Gemma3_270M, "gemma3-270m"),
+        (Preset::TinyGemma3, "tiny-gemma3"),
     ];
 
     /// The preset with command-line name `name`.
@@ -117,6 +129,7 @@ impl Preset {
             rms_eps: 1e-5,
             experts: None,
             tied_output: true,
+            sliding_window: (0, 0),
         };
         match self {
             Preset::SmolLm2 => Shape {
@@ -162,6 +175,17 @@ impl Preset {
                 tied_output: false,
                 ..dense(Family::Qwen3Moe, 2, 256, 768, 4, 2, 64)
             },
+            Preset::Gemma3_270M => Shape {
+                vocab: Some(262_144),
+                context: 32_768,
+                rope_base: 1_000_000.0,
+                rms_eps: 1e-6,
+                sliding_window: (512, 0),
+                ..dense(Family::Gemma3, 18, 640, 2048, 4, 1, 256)
+            },
+            Preset::TinyGemma3 => {
+                Shape { rms_eps: 1e-6, sliding_window: (16, 3), ..dense(Family::Gemma3, 3, 256, 512, 4, 2, 64) }
+            }
         }
     }
 }
@@ -387,6 +411,7 @@ pub fn plan(shape: &Shape, types: &Types, tokenizer: &Tokenizer, name: &str) -> 
         vocab,
         experts: shape.experts,
         tied_output: shape.tied_output,
+        sliding: None,
     };
     let arch = shape.family.arch();
     let mut w = GgufWriter::new();
@@ -422,6 +447,16 @@ pub fn plan(shape: &Shape, types: &Types, tokenizer: &Tokenizer, name: &str) -> 
         }
     }
     w.kv(&key("attention.layer_norm_rms_epsilon"), Value::F32(shape.rms_eps));
+    match shape.sliding_window {
+        (0, _) => {}
+        (window, 0) => {
+            w.kv(&key("attention.sliding_window"), Value::U32(window));
+        }
+        (window, every) => {
+            w.kv(&key("attention.sliding_window"), Value::U32(window))
+                .kv(&key("attention.sliding_window_pattern"), Value::U32(every));
+        }
+    }
     if let Some(x) = shape.experts {
         w.kv(&key("expert_count"), Value::U32(x.count))
             .kv(&key("expert_used_count"), Value::U32(x.used))

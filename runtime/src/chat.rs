@@ -167,9 +167,33 @@ fn describe(e: &Error) -> String {
 /// fine-tunes, and llama.cpp's own fallback.
 pub const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
+/// Gemma's turn format, for a Gemma pack that carries no template (the Gemma 3 270M
+/// GGUF does not): `<start_of_turn>{user|model}\n{text}<end_of_turn>\n`, a system
+/// message put before the first user turn's text, the generation prompt opening a
+/// model turn. BOS comes from the tokenizer (`add_bos_token`), not from here.
+pub const GEMMA: &str = "{% set ns = namespace(prefix='') %}{% for message in messages %}\
+{% if message['role'] == 'system' %}{% set ns.prefix = message['content'] | trim ~ '\n\n' %}\
+{% else %}{{ '<start_of_turn>' ~ ('model' if message['role'] == 'assistant' else message['role']) ~ '\n' ~ ns.prefix ~ (message['content'] | trim) ~ '<end_of_turn>\n' }}\
+{% set ns.prefix = '' %}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gemma_renders_turns_with_the_system_text_in_the_first() {
+        let msgs = [
+            Message::new("system", "Be brief."),
+            Message::new("user", " Hi "),
+            Message::new("assistant", "Hello."),
+            Message::new("user", "Bye"),
+        ];
+        assert_eq!(
+            render(GEMMA, &msgs, true, "<bos>", "<eos>").unwrap(),
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n\
+             <start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+        );
+    }
 
     #[test]
     fn chatml_renders() {

@@ -23,6 +23,19 @@ use crate::backend::{Arg, Backend, DeviceInfo, RunError};
 /// Position the test's KV windows start at (inside the test context): far enough in for
 /// attention to take several splits and QSA to choose among a dozen blocks.
 const TEST_POS: i32 = 200;
+/// Where a kernel's test window starts: [`TEST_POS`], or past a sliding window where the
+/// test context holds one more, so that the window cuts the positions a token sees.
+fn test_pos(spec: &KernelRecord) -> i32 {
+    let window = match spec.op {
+        Op::Attention(ops::Attention { window, .. }) | Op::AttentionPrefill(ops::AttentionPrefill { window, .. }) => {
+            window
+        }
+        _ => 0,
+    };
+    let past = TEST_POS as u32 + window;
+    if window > 0 && past + 64 <= TEST_CTX { past as i32 } else { TEST_POS }
+}
+
 /// Context the tests run with: well past the windows, so that QSA's score kernel also
 /// takes its exit for whole thread blocks of KV blocks past the newest.
 const TEST_CTX: u32 = 1280;
@@ -171,9 +184,8 @@ fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha
                 Op::Embed(ops::Embed { vocab, .. }) if b.name == "ids" => vocab,
                 _ => 1,
             };
-            (0..n)
-                .flat_map(|_| if b.name == "pos" { TEST_POS } else { rng.random_range(0..bound) as i32 }.to_le_bytes())
-                .collect()
+            let pos = test_pos(spec);
+            (0..n).flat_map(|_| if b.name == "pos" { pos } else { rng.random_range(0..bound) as i32 }.to_le_bytes()).collect()
         }
         Elem::U8 => {
             let ty = spec.op.def().weights().unwrap_or(GgmlType::F32);
@@ -370,7 +382,10 @@ mod tests {
             };
             let tokens = test_scalar(&k, "tokens");
             assert!(tokens > tile && !tokens.is_multiple_of(tile), "{}: {tokens}", target.name);
-            let embed = rules::kernel(Op::Embed(ops::Embed { quant: GgmlType::Q4_0, cols: 64, vocab: 10 }), &target);
+            let embed = rules::kernel(
+                Op::Embed(ops::Embed { quant: GgmlType::Q4_0, cols: 64, vocab: 10, scale: 1.0 }),
+                &target,
+            );
             assert_eq!(test_scalar(&embed, "tokens"), 3);
         }
     }

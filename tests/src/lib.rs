@@ -42,17 +42,27 @@ pub fn pack_with_template(path: &std::path::Path, template: &str) -> Option<Path
 /// When `STRATA_REQUIRE` is set (`scripts/test.sh`, and so CI, sets it), a missing file
 /// fails the test instead of skipping it.
 pub fn smollm2() -> Option<PathBuf> {
-    let path = std::env::var_os("STRATA_SMOLLM2").map(PathBuf::from).unwrap_or_else(|| {
+    cached_model("STRATA_SMOLLM2", "SmolLM2-135M-Instruct.Q4_1.gguf", "scripts/fetch-model.sh")
+}
+
+/// The Gemma 3 test pack (Gemma 3 270M Q4_K_M): `STRATA_GEMMA3`, else the cache where
+/// `scripts/fetch-gemma3.sh` puts it; as [`smollm2`], `None` skips unless `STRATA_REQUIRE`.
+pub fn gemma3() -> Option<PathBuf> {
+    cached_model("STRATA_GEMMA3", "gemma-3-270m-q4_k_m.gguf", "scripts/fetch-gemma3.sh")
+}
+
+fn cached_model(var: &str, file: &str, fetch: &str) -> Option<PathBuf> {
+    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
         let cache = std::env::var_os("STRATA_CACHE")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/strata"));
-        cache.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        cache.join("models").join(file)
     });
     if path.exists() {
         return Some(path);
     }
-    assert!(std::env::var_os("STRATA_REQUIRE").is_none(), "{} is missing: run scripts/fetch-model.sh", path.display());
-    eprintln!("skipping: {} not found (run scripts/fetch-model.sh)", path.display());
+    assert!(std::env::var_os("STRATA_REQUIRE").is_none(), "{} is missing: run {fetch}", path.display());
+    eprintln!("skipping: {} not found (run {fetch})", path.display());
     None
 }
 
@@ -82,8 +92,9 @@ pub fn behaviour_backend() -> &'static [&'static str] {
     if host { &["--backend", "host", "--threads", "1"] } else { &["--backend", "cpu"] }
 }
 
-/// Two small synthetic packs that together hold every supported quant type, in every
-/// kernel role (linear, expert, embedding, output), written to `dir`.
+/// Three small synthetic packs that together hold every supported quant type, in every
+/// kernel role (linear, expert, embedding, output) and every family's forward pass but
+/// qwen2's, written to `dir`.
 pub fn every_type_packs(dir: &std::path::Path) -> Vec<PathBuf> {
     use GgmlType as G;
     let specs = [
@@ -112,6 +123,27 @@ pub fn every_type_packs(dir: &std::path::Path) -> Vec<PathBuf> {
                 G::F32,
             ],
             G::Q4_K,
+        ),
+        // mix-b's types again as dense products (GEMMs too), in Gemma 3's forward pass.
+        (
+            Preset::TinyGemma3,
+            "mix-c",
+            vec![
+                G::Q5_0,
+                G::Q5_1,
+                G::Q2_K,
+                G::Q3_K,
+                G::Q5_K,
+                G::IQ2_XXS,
+                G::IQ2_S,
+                G::IQ1_S,
+                G::IQ4_NL,
+                G::IQ4_XS,
+                G::F16,
+                G::BF16,
+                G::F32,
+            ],
+            G::Q8_0,
         ),
     ];
     specs

@@ -109,6 +109,9 @@ fn test_packs_compile_for_amd_with_windows_to_16_also_checked() {
     let Some(tools) = toolchain() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let mut paths = every_type_packs(dir.path());
+    // mix-c's types are mix-b's, whose windows to 16 this already compiles as expert
+    // products: its own would add minutes of CI, not kernels of another kind.
+    paths.truncate(2);
     paths.extend(strata_tests::smollm2());
     let packs: Vec<Pack> = paths.iter().map(|p| Pack::open(p).expect("opens")).collect();
     for target in target::known().into_iter().filter(|t| t.vendor == Vendor::Amd) {
@@ -294,7 +297,7 @@ fn prefill_plan(target: &Target, checked: bool) -> strata_compiler::plan::Plan {
         .iter()
         .map(|&(heads, kv_heads, head_dim)| {
             let scale = 1.0 / (head_dim as f32).sqrt();
-            let op = ops::AttentionPrefill { heads, kv_heads, head_dim, scale };
+            let op = ops::AttentionPrefill { heads, kv_heads, head_dim, scale, window: 0 };
             let mut k = strata_compiler::plan::rules::kernel_with(op.into(), target, &options);
             if checked {
                 k.buffers.push(strata_compiler::plan::Buffer {

@@ -1,7 +1,7 @@
 //! The model description of each family, and the errors for packs that are not models.
 
 use strata_compiler::model::{Family, ModelDesc, Role};
-use strata_compiler::pack::{Pack, Value};
+use strata_compiler::pack::{Array, Pack, Value};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::{self, Preset, Tokenizer, Types};
 use strata_tests::synthetic_pack;
@@ -17,6 +17,7 @@ fn synthetic_presets_describe_their_shapes() {
         (Preset::TinyLlama, Family::Llama),
         (Preset::TinyQwen3, Family::Qwen3),
         (Preset::TinyQwen3Moe, Family::Qwen3Moe),
+        (Preset::TinyGemma3, Family::Gemma3),
     ] {
         let shape = preset.shape();
         let d = desc(synthetic_pack(preset, 3, &[GgmlType::Q4_K])).expect("valid");
@@ -28,6 +29,58 @@ fn synthetic_presets_describe_their_shapes() {
         assert_eq!(d.experts, shape.experts);
         assert_eq!(d.tied_output, shape.tied_output);
     }
+}
+
+/// Gemma 3's sliding window as llama.cpp reads it: the window, every n-th layer global
+/// (6 unless the pattern key says otherwise; a flag a layer also works), the local
+/// layers' own rope base; its extra norms are expected tensors; a final soft-capping it
+/// does not implement is refused by name.
+#[test]
+fn gemma3_reads_its_sliding_window_and_refuses_soft_capping() {
+    let plan = |shape: &synth::Shape| {
+        let types = Types { weights: vec![GgmlType::Q8_0], embedding: GgmlType::Q8_0, output: GgmlType::Q8_0 };
+        synth::plan(shape, &types, &Tokenizer::byte_level(), "gemma3").expect("valid")
+    };
+    let tiny = Preset::TinyGemma3.shape();
+    let d = desc(plan(&tiny).writer.to_bytes(|_, _| {})).expect("valid gemma3");
+    let sliding = d.sliding.clone().expect("a window");
+    assert_eq!((sliding.window, sliding.rope_base, sliding.local), (16, 10_000.0, vec![true, true, false]));
+    assert_eq!((d.window(0), d.window(2)), (Some(16), None));
+    assert_eq!(d.attention_scale(), 0.125, "1/sqrt(head length 64)");
+    let names: Vec<String> = d.expected_tensors().into_iter().map(|t| t.name).collect();
+    for name in ["blk.2.post_attention_norm.weight", "blk.2.post_ffw_norm.weight", "blk.2.attn_q_norm.weight"] {
+        assert!(names.iter().any(|n| n == name), "{name}");
+    }
+
+    let mut eight = synth::Shape { layers: 8, ..tiny.clone() };
+    eight.sliding_window = (512, 0);
+    let mut planned = plan(&eight);
+    planned.writer.kv("gemma3.rope.freq_base_swa", Value::F32(20_000.0));
+    let d = desc(planned.writer.to_bytes(|_, _| {})).expect("valid");
+    let sliding = d.sliding.expect("a window");
+    assert_eq!(sliding.local, [true, true, true, true, true, false, true, true], "every sixth layer global");
+    assert_eq!(sliding.rope_base, 20_000.0);
+
+    let mut planned = plan(&tiny);
+    planned.writer.kv("gemma3.attention.sliding_window_pattern", Value::Array(Array::Bool(vec![false, true, false])));
+    let d = desc(planned.writer.to_bytes(|_, _| {})).expect("valid");
+    assert_eq!(d.sliding.expect("a window").local, [false, true, false]);
+
+    let mut planned = plan(&tiny);
+    planned.writer.kv("gemma3.attention.sliding_window_pattern", Value::Array(Array::Bool(vec![true])));
+    assert_eq!(
+        desc(planned.writer.to_bytes(|_, _| {})).unwrap_err(),
+        "test.gguf: key gemma3.attention.sliding_window_pattern: expected 3 booleans, one a layer, or an integer"
+    );
+    let mut planned = plan(&tiny);
+    planned.writer.kv("gemma3.final_logit_softcapping", Value::F32(30.0));
+    assert_eq!(
+        desc(planned.writer.to_bytes(|_, _| {})).unwrap_err(),
+        "test.gguf: key gemma3.final_logit_softcapping: 30 is not supported (logit soft-capping)"
+    );
+    let planned = plan(&synth::Shape { sliding_window: (0, 0), ..tiny });
+    let d = desc(planned.writer.to_bytes(|_, _| {})).expect("valid");
+    assert_eq!(d.sliding, None, "no window key: every layer global, as llama.cpp reads it");
 }
 
 #[test]
@@ -66,9 +119,9 @@ fn packs_that_are_not_runnable_models_say_why() {
     type Breaking = Box<dyn Fn(&mut synth::Planned)>;
     let cases: Vec<(&str, Breaking)> = vec![
         (
-            "test.gguf: key general.architecture: \"gemma3\" is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+            "test.gguf: key general.architecture: \"gemma2\" is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)",
             Box::new(|p| {
-                p.writer.kv("general.architecture", Value::String("gemma3".into()));
+                p.writer.kv("general.architecture", Value::String("gemma2".into()));
             }),
         ),
         (

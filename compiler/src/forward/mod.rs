@@ -10,8 +10,8 @@ mod steps;
 
 pub use steps::{At, Buf, Compiled, FfnShape, LayerShape, Logits, Pass, Step, Value, Weight};
 
-use crate::model::{Experts, ModelDesc};
-use crate::ops::{self, ExpertInput, Op, RopeStyle};
+use crate::model::{Experts, ModelDesc, SlidingWindow};
+use crate::ops::{self, Activation, ExpertInput, Op, RopeStyle};
 use crate::pack::Pack;
 use crate::quant::GgmlType;
 
@@ -39,6 +39,11 @@ pub struct Forward {
     rope_style: RopeStyle,
     qkv_bias: bool,
     qk_norm: bool,
+    post_norms: bool,
+    act: Activation,
+    embed_scale: f32,
+    scale: f32,
+    sliding: Option<SlidingWindow>,
     ffn: u32,
     experts: Option<Experts>,
     block: u32,
@@ -58,6 +63,11 @@ impl Forward {
             rope_style: desc.family.rope_style(),
             qkv_bias: desc.family.qkv_bias(),
             qk_norm: desc.family.qk_norm(),
+            post_norms: desc.family.post_norms(),
+            act: desc.family.activation(),
+            embed_scale: desc.family.embedding_scale(desc.embd),
+            scale: desc.attention_scale(),
+            sliding: desc.sliding.clone(),
             ffn: desc.experts.map_or(desc.ffn, |x| x.ffn),
             experts: desc.experts,
             block,
@@ -107,9 +117,26 @@ impl Forward {
             .collect()
     }
 
-    /// Attention's score scale, `1/sqrt(head length)`.
+    /// Attention's score scale ([`ModelDesc::attention_scale`]).
     pub fn attention_scale(&self) -> f32 {
-        1.0 / (self.head_dim as f32).sqrt()
+        self.scale
+    }
+
+    /// Layer `l`'s sliding window, if it is a local layer.
+    pub fn window(&self, l: u32) -> Option<u32> {
+        let s = self.sliding.as_ref()?;
+        s.local.get(l as usize).copied().unwrap_or(false).then_some(s.window)
+    }
+
+    /// The attention windows the layers use: the whole context, and the local layers'.
+    pub fn windows(&self) -> Vec<Option<u32>> {
+        let local = self.sliding.as_ref().filter(|s| s.local.contains(&true)).map(|s| s.window);
+        std::iter::once(None).chain(local.map(Some)).collect()
+    }
+
+    /// Whether attention's and the FFN's outputs are normed before the residual add.
+    pub fn post_norms(&self) -> bool {
+        self.post_norms
     }
 
     /// Experts each token uses (0 for a dense FFN).
@@ -127,15 +154,19 @@ impl Forward {
         ops::Gemm { quant: w.quant, rows: w.rows, cols: w.cols }.into()
     }
 
-    /// Causal attention of a prompt chunk over the cache (no splits to merge).
-    pub fn attention_prefill(&self) -> Op {
+    /// Causal attention of a prompt chunk over the cache (no splits to merge), seeing
+    /// `window` positions; `None` where the heads are too long for its tiles (a chunk's
+    /// attention is then the split decode attention).
+    pub fn attention_prefill(&self, window: Option<u32>) -> Option<Op> {
         let (heads, kv_heads, head_dim) = (self.heads, self.kv_heads, self.head_dim);
-        ops::AttentionPrefill { heads, kv_heads, head_dim, scale: self.attention_scale() }.into()
+        let window = window.unwrap_or(0);
+        (head_dim <= ops::attention_prefill::MAX_HEAD_DIM)
+            .then(|| ops::AttentionPrefill { heads, kv_heads, head_dim, scale: self.scale, window }.into())
     }
 
-    /// The token embedding rows of a `quant` table.
+    /// The token embedding rows of a `quant` table (scaled, for Gemma).
     pub fn embed(&self, quant: GgmlType) -> Op {
-        ops::Embed { quant, cols: self.embd, vocab: self.vocab }.into()
+        ops::Embed { quant, cols: self.embd, vocab: self.vocab, scale: self.embed_scale }.into()
     }
 
     /// The first layer's attention norm of the embeddings.
@@ -181,10 +212,12 @@ impl Forward {
         .into()
     }
 
-    /// Attention's split partial states, dense or over QSA's selected blocks.
-    pub fn attention(&self, sparse: bool) -> Op {
+    /// Attention's split partial states, dense (over the latest `window` positions, or
+    /// all) or over QSA's selected blocks.
+    pub fn attention(&self, sparse: bool, window: Option<u32>) -> Op {
         let (heads, kv_heads, head_dim, block) = (self.heads, self.kv_heads, self.head_dim, self.block);
-        ops::Attention { heads, kv_heads, head_dim, scale: self.attention_scale(), block, sparse }.into()
+        let window = window.unwrap_or(0);
+        ops::Attention { heads, kv_heads, head_dim, scale: self.scale, block, sparse, window }.into()
     }
 
     /// QSA's block scores.
@@ -207,9 +240,9 @@ impl Forward {
         self.head_dim.is_multiple_of(32)
     }
 
-    /// SiLU·mul of the FFN (of the experts' stacked gate·up rows in a MoE layer).
+    /// The FFN's gated activation (of the experts' stacked gate·up rows in a MoE layer).
     pub fn silu_mul(&self, q8: bool) -> Op {
-        ops::SiluMul { n: self.ffn, q8, paired: self.experts.is_some() }.into()
+        ops::SiluMul { n: self.ffn, q8, paired: self.experts.is_some(), act: self.act }.into()
     }
 
     /// A mixture-of-experts layer's routing.

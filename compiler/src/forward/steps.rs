@@ -32,6 +32,8 @@ pub enum Buf {
     AttnOut,
     /// A projection's output on its way back to the residual stream.
     Proj,
+    /// That output RMS-normed (Gemma's norms after attention and the FFN).
+    PostNormed,
     /// The FFN's gate.
     Gate,
     /// The FFN's up.
@@ -72,6 +74,8 @@ pub enum Buf {
     Pos,
     /// The RoPE table.
     CosSin,
+    /// The RoPE table of the sliding-window layers (their own base, never scaled).
+    CosSinLocal,
     /// The logits.
     Logits,
     /// A layer's key cache (of the sequence the pass runs on).
@@ -121,6 +125,10 @@ pub enum Weight {
     QkNorm,
     /// Attention output projection.
     O,
+    /// The norm of attention's output (Gemma).
+    PostAttnNorm,
+    /// The norm of the FFN's output (Gemma).
+    PostFfnNorm,
     /// The FFN norm.
     FfnNorm,
     /// FFN gate.
@@ -272,6 +280,8 @@ struct Walk<'f, 'k> {
     k: &'k mut dyn Compiled,
     steps: Vec<Step>,
     gemm: bool,
+    /// Whether the last merge quantized its output for the output projection.
+    merged_q8: bool,
 }
 
 impl Walk<'_, '_> {
@@ -345,15 +355,36 @@ impl Walk<'_, '_> {
         q8
     }
 
-    /// A layer's attention up to its merged output: dense, or over QSA's selection.
-    fn attention(&mut self, l: u32, q: At, t: u32, sparse: bool) {
+    /// A layer's attention up to its merged output: a prompt chunk's prefill attention,
+    /// or split attention, dense (over a local layer's window) or over QSA's selection,
+    /// and the merge of its splits; `o` is the output projection that reads it.
+    fn attention(&mut self, l: u32, q: At, t: u32, sparse: bool, o: Matrix) {
         let tokens = ("tokens", Value::Count(t));
-        if self.gemm {
+        let window = self.f.window(l);
+        if self.gemm
+            && let Some(prefill) = self.f.attention_prefill(window)
+        {
             let (k, v) = (at(Buf::KCache(l)), at(Buf::VCache(l)));
             let args = [("q", q), ("k_cache", k), ("v_cache", v), ("out", at(Buf::AttnOut)), ("pos", at(Buf::Pos))];
-            self.launch(self.f.attention_prefill(), &args, &[tokens, ("n_ctx", Value::Ctx)]);
+            self.launch(prefill, &args, &[tokens, ("n_ctx", Value::Ctx)]);
             return;
         }
+        self.split_attention(l, q, t, sparse && window.is_none(), window);
+        // The merge quantizes its output where the output projection reads int8 (not
+        // for a chunk's GEMM, which reads its input as it comes).
+        let merge_q8 = !self.gemm && self.fuse_q8(&self.f.merge(true), &[o], t);
+        let (partial, splits) = (("partial", at(Buf::Partial)), ("splits", at(Buf::Splits)));
+        let mut args = vec![partial, splits, ("out", at(Buf::AttnOut))];
+        if merge_q8 {
+            args.extend([("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales))]);
+        }
+        self.launch(self.f.merge(merge_q8), &args, &[tokens]);
+        self.merged_q8 = merge_q8;
+    }
+
+    /// Split attention's partial states.
+    fn split_attention(&mut self, l: u32, q: At, t: u32, sparse: bool, window: Option<u32>) {
+        let tokens = ("tokens", Value::Count(t));
         let (pos, blocks) = (("pos", at(Buf::Pos)), ("n_blocks", Value::Blocks));
         let mut args = vec![
             ("q", q),
@@ -364,7 +395,7 @@ impl Walk<'_, '_> {
             pos,
         ];
         if !sparse {
-            self.launch(self.f.attention(false), &args, &[tokens, ("n_ctx", Value::Ctx)]);
+            self.launch(self.f.attention(false, window), &args, &[tokens, ("n_ctx", Value::Ctx)]);
             return;
         }
         let (scores, list, count) = (("scores", at(Buf::Scores)), ("list", at(Buf::List)), ("count", at(Buf::Count)));
@@ -375,7 +406,18 @@ impl Walk<'_, '_> {
         );
         self.launch(self.f.qsa_select(), &[scores, list, count, pos], &[tokens, blocks, ("budget", Value::Budget)]);
         args.extend([list, count]);
-        self.launch(self.f.attention(true), &args, &[tokens, ("n_ctx", Value::Ctx), blocks]);
+        self.launch(self.f.attention(true, None), &args, &[tokens, ("n_ctx", Value::Ctx), blocks]);
+    }
+
+    /// Gemma's norm of a block's output `x` before the residual add, where the family
+    /// has one: returns where the output is now.
+    fn post_norm(&mut self, l: u32, x: Buf, weight: Weight, t: u32) -> Buf {
+        if !self.f.post_norms() {
+            return x;
+        }
+        let args = [("x", at(x)), ("w", at(Buf::Layer(l, weight))), ("y", at(Buf::PostNormed))];
+        self.launch(self.f.norm(), &args, &[("rows", Value::Count(t))]);
+        Buf::PostNormed
     }
 
     /// The SiLU-gated FFN of the normed state (quantized already where `h_q8`) into
@@ -473,7 +515,7 @@ fn ffn_inputs(ly: &LayerShape, t: u32) -> Vec<Matrix> {
 impl Forward {
     /// Every step of `pass`, in launch order.
     pub fn steps(&self, pass: &Pass<'_>, compiled: &mut dyn Compiled) -> Vec<Step> {
-        let mut w = Walk { f: self, k: compiled, steps: Vec::new(), gemm: pass.gemm };
+        let mut w = Walk { f: self, k: compiled, steps: Vec::new(), gemm: pass.gemm, merged_q8: false };
         let t = pass.tokens;
         let (qd, kd) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
         let count = Value::Count;
@@ -535,33 +577,25 @@ impl Forward {
                 ("k_cache", at(Buf::KCache(l))),
                 ("v_cache", at(Buf::VCache(l))),
                 ("k_summary", at(Buf::KSummary(l))),
-                ("cos_sin", at(Buf::CosSin)),
+                ("cos_sin", at(if self.window(l).is_some() { Buf::CosSinLocal } else { Buf::CosSin })),
                 ("pos", at(Buf::Pos)),
             ];
             let sizes = [("tokens", count(t)), ("n_ctx", Value::Ctx), ("n_blocks", Value::Blocks)];
             w.launch(self.rope_store(), &store, &sizes);
-            w.attention(l, q, t, pass.sparse_from.is_some_and(|first| l >= first));
-            // The merge of the splits (none in a chunk's attention) quantizes its output
-            // where the output projection reads int8.
-            let merge_q8 = !pass.gemm && w.fuse_q8(&self.merge(true), &[ly.o], t);
-            if !pass.gemm {
-                let (partial, splits) = (("partial", at(Buf::Partial)), ("splits", at(Buf::Splits)));
-                let mut args = vec![partial, splits, ("out", at(Buf::AttnOut))];
-                if merge_q8 {
-                    args.extend([("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales))]);
-                }
-                w.launch(self.merge(merge_q8), &args, &[("tokens", count(t))]);
-            }
+            w.merged_q8 = false;
+            w.attention(l, q, t, pass.sparse_from.is_some_and(|first| l >= first), ly.o);
+            let merge_q8 = w.merged_q8;
             w.products(at(Buf::AttnOut), t, &[(layer(l, Weight::O), ly.o, at(Buf::Proj))], merge_q8);
+            let attn_out = w.post_norm(l, Buf::Proj, Weight::PostAttnNorm, t);
             let ffn_norm = Buf::Layer(l, Weight::FfnNorm);
-            h_q8 = w.add_norm(residual(cur), Some(Buf::Proj), ffn_norm, residual(1 - cur), t, &ffn_inputs(ly, t));
+            h_q8 = w.add_norm(residual(cur), Some(attn_out), ffn_norm, residual(1 - cur), t, &ffn_inputs(ly, t));
             cur = 1 - cur;
             // Where the FFN's output is: the projection's, or (experts) their parts and
             // weights, which the next norm sums itself.
             let out = match ly.ffn {
                 FfnShape::Dense { .. } => {
                     w.dense_ffn(l, ly.ffn, t, h_q8);
-                    Some(Buf::Proj)
+                    Some(w.post_norm(l, Buf::Proj, Weight::PostFfnNorm, t))
                 }
                 FfnShape::Experts { .. } => {
                     w.expert_ffn(l, ly.ffn, t, h_q8);
@@ -578,7 +612,8 @@ impl Forward {
                         let args = [("parts", at(Buf::ExpertParts)), ("weights", at(Buf::RouteWeights))];
                         w.launch(sum, &[args[0], args[1], ("y", at(Buf::Proj))], &[("tokens", count(t))]);
                     }
-                    let args = [("a", at(residual(cur))), ("b", at(Buf::Proj)), ("y", at(residual(1 - cur)))];
+                    let b = out.unwrap_or(Buf::Proj);
+                    let args = [("a", at(residual(cur))), ("b", at(b)), ("y", at(residual(1 - cur)))];
                     w.launch(self.residual_add(), &args, &[("tokens", count(t))]);
                 }
             }

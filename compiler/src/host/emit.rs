@@ -30,7 +30,8 @@ pub const HOST_OPS: [&str; 10] = [
 
 /// Whether `k` gets a generated host kernel: an op of [`HOST_OPS`], but not in the modes
 /// only a mixture of experts or QSA use (paired gate·up rows, the experts' weighted sum,
-/// attention over a selected block list), whose reference runs instead.
+/// attention over a selected block list), nor a GEMM of a type without an int8 decoder
+/// (the host GEMM multiplies int8 panels only), whose reference runs instead.
 pub fn has_kernel(k: &KernelRecord) -> bool {
     HOST_OPS.contains(&k.op.kind())
         && !matches!(
@@ -39,6 +40,7 @@ pub fn has_kernel(k: &KernelRecord) -> bool {
                 | Op::AddRmsNorm(ops::AddRmsNorm { experts: 1.., .. })
                 | Op::Attention(ops::Attention { sparse: true, .. })
         )
+        && !matches!(&k.op, Op::Gemm(g) if !rules::INT8_DOT.contains(&g.quant))
 }
 
 /// Renders the host kernels of `plan` for `target`.
@@ -140,6 +142,7 @@ fn context(k: &KernelRecord, target: &HostTarget) -> Value {
         Op::RmsNorm(n) => json!({ "eps": float(n.eps) }),
         Op::RopeStore(r) => json!({ "neox": r.style == ops::RopeStyle::Neox }),
         Op::AddRmsNorm(n) => json!({ "eps": float(n.eps) }),
+        Op::SiluMul(m) => json!({ "gelu": m.act == ops::Activation::GeluTanh }),
         _ => json!({}),
     };
     if let (Some(ctx), Some(extra)) = (ctx.as_object_mut(), extra.as_object()) {

@@ -98,7 +98,6 @@ pub fn schedule(op: &Op, scalar: impl Fn(&str) -> u32) -> Schedule {
             let (tokens, cols) = (scalar("tokens") as usize, g.cols as usize);
             Schedule { phases: 2, parallel: true, scratch: tokens * cols + tokens * cols / 32 * 16 }
         }
-        Op::Gemm(_) => Schedule { phases: 2, parallel: true, scratch: 0 },
         Op::Gemv(_) | Op::AttentionPrefill(_) | Op::Attention(_) => Schedule { phases: 1, parallel: true, scratch: 0 },
         _ => Schedule { phases: 1, parallel: false, scratch: 0 },
     }

@@ -11,8 +11,8 @@ pub use limits::{
 
 use serde::Serialize;
 
-use crate::ops::RopeStyle;
-use crate::pack::{Pack, PackError, PackErrorKind};
+use crate::ops::{Activation, RopeStyle};
+use crate::pack::{Pack, PackError, PackErrorKind, Value};
 use crate::quant::GgmlType;
 
 /// The model families strata runs.
@@ -27,11 +27,14 @@ pub enum Family {
     Qwen3,
     /// Qwen3 mixture of experts (Qwen3-30B-A3B, Qwen3-Coder).
     Qwen3Moe,
+    /// Gemma 3: scaled embeddings, norms after attention and the FFN as well as before,
+    /// GeGLU, per-head q/k norms, sliding-window layers beside global ones.
+    Gemma3,
 }
 
 impl Family {
     /// Every family, in the order error messages list them.
-    pub const ALL: [Family; 4] = [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Qwen3Moe];
+    pub const ALL: [Family; 5] = [Family::Llama, Family::Qwen2, Family::Qwen3, Family::Qwen3Moe, Family::Gemma3];
 
     /// The `general.architecture` string.
     pub fn arch(self) -> &'static str {
@@ -40,6 +43,7 @@ impl Family {
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
             Family::Qwen3Moe => "qwen3moe",
+            Family::Gemma3 => "gemma3",
         }
     }
 
@@ -54,11 +58,11 @@ impl Family {
     }
 
     /// How RoPE pairs a head's elements: llama's GGUF conversion permutes q/k rows for
-    /// adjacent pairs; the Qwen families rotate halves (GPT-NeoX).
+    /// adjacent pairs; the Qwen and Gemma families rotate halves (GPT-NeoX).
     pub fn rope_style(self) -> RopeStyle {
         match self {
             Family::Llama => RopeStyle::Normal,
-            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe => RopeStyle::Neox,
+            Family::Qwen2 | Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3 => RopeStyle::Neox,
         }
     }
 
@@ -69,8 +73,38 @@ impl Family {
 
     /// Whether queries and keys are RMS-normed per head (`attn_{q,k}_norm`) before RoPE.
     pub fn qk_norm(self) -> bool {
-        matches!(self, Family::Qwen3 | Family::Qwen3Moe)
+        matches!(self, Family::Qwen3 | Family::Qwen3Moe | Family::Gemma3)
     }
+
+    /// Whether attention's and the FFN's outputs are RMS-normed before they join the
+    /// residual stream (`post_attention_norm`, `post_ffw_norm`).
+    pub fn post_norms(self) -> bool {
+        self == Family::Gemma3
+    }
+
+    /// The gate's activation in the FFN.
+    pub fn activation(self) -> Activation {
+        if self == Family::Gemma3 { Activation::GeluTanh } else { Activation::Silu }
+    }
+
+    /// What the embedding rows are multiplied by: `sqrt(embd)` for Gemma, as llama.cpp
+    /// computes it in f32.
+    pub fn embedding_scale(self, embd: u32) -> f32 {
+        if self == Family::Gemma3 { (embd as f32).sqrt() } else { 1.0 }
+    }
+}
+
+/// Sliding-window attention: local layers see only the latest `window` positions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SlidingWindow {
+    /// Positions a local layer's query sees, its own included (`attention.sliding_window`).
+    pub window: u32,
+    /// RoPE base of the local layers (`rope.freq_base_swa`, else 10000); their angles
+    /// are never scaled.
+    pub rope_base: f32,
+    /// Which layers are local (`attention.sliding_window_pattern`: a flag a layer, or
+    /// every n-th layer global; llama.cpp's default for Gemma 3 is 6).
+    pub local: Vec<bool>,
 }
 
 /// Mixture-of-experts shape.
@@ -156,6 +190,9 @@ pub struct ModelDesc {
     pub experts: Option<Experts>,
     /// Whether the output projection reuses the token embedding.
     pub tied_output: bool,
+    /// Sliding-window attention of the local layers, where the family has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sliding: Option<SlidingWindow>,
 }
 
 /// What a tensor is for: decides how it is generated, planned and checked.
@@ -195,6 +232,20 @@ pub struct ExpectedTensor {
 }
 
 impl ModelDesc {
+    /// Attention's score scale: `1/sqrt(head length)`, except Gemma 3 27B (62 layers),
+    /// which scales by `1/sqrt(embd / heads)` as llama.cpp does.
+    pub fn attention_scale(&self) -> f32 {
+        let dim =
+            if self.family == Family::Gemma3 && self.layers == 62 { self.embd / self.heads } else { self.head_dim_k };
+        1.0 / (dim as f32).sqrt()
+    }
+
+    /// Whether layer `l` attends over a sliding window, and its width.
+    pub fn window(&self, l: u32) -> Option<u32> {
+        let s = self.sliding.as_ref()?;
+        s.local.get(l as usize).copied().unwrap_or(false).then_some(s.window)
+    }
+
     /// Reads the description from the pack's metadata and checks every tensor the
     /// family needs is present with the right shape.
     pub fn from_pack(pack: &Pack) -> Result<ModelDesc, PackError> {
@@ -340,6 +391,7 @@ impl ModelDesc {
             vocab,
             experts,
             tied_output: pack.tensor("output.weight").is_none(),
+            sliding: if family == Family::Gemma3 { gemma3_sliding(pack, arch, layers)? } else { None },
         })
     }
 
@@ -370,6 +422,9 @@ impl ModelDesc {
                 add(b("attn_k_norm.weight"), &[u64::from(self.head_dim_k)], Role::Norm);
             }
             add(b("attn_output.weight"), &[o, e], Role::Linear);
+            if self.family.post_norms() {
+                add(b("post_attention_norm.weight"), &[e], Role::Norm);
+            }
             add(b("ffn_norm.weight"), &[e], Role::Norm);
             match self.experts {
                 None => {
@@ -377,6 +432,9 @@ impl ModelDesc {
                     add(b("ffn_gate.weight"), &[e, f], Role::Linear);
                     add(b("ffn_up.weight"), &[e, f], Role::Linear);
                     add(b("ffn_down.weight"), &[f, e], Role::Linear);
+                    if self.family.post_norms() {
+                        add(b("post_ffw_norm.weight"), &[e], Role::Norm);
+                    }
                 }
                 Some(x) => {
                     let (n, f) = (u64::from(x.count), u64::from(x.ffn));
@@ -505,6 +563,55 @@ fn rope_scaling(pack: &Pack, arch: &str, context: u32) -> Result<(RopeScaling, f
         }
     };
     Ok((scaling, attn))
+}
+
+/// Gemma 3's sliding window as llama.cpp reads it (none without a window key), and a
+/// refusal of the final logit soft-capping it would apply and strata does not.
+fn gemma3_sliding(pack: &Pack, arch: &str, layers: u32) -> Result<Option<SlidingWindow>, PackError> {
+    let m = pack.metadata();
+    let err = |k| pack.error(k);
+    let cap_key = format!("{arch}.final_logit_softcapping");
+    if let Some(cap) = m.f64(&cap_key).map_err(err)?
+        && cap != 0.0
+    {
+        return Err(err(PackErrorKind::key(&cap_key, format!("{cap} is not supported (logit soft-capping)"))));
+    }
+    let window_key = format!("{arch}.attention.sliding_window");
+    let window = match m.u32(&window_key).map_err(err)? {
+        None | Some(0) => return Ok(None),
+        Some(w) => limits::int_in(&window_key, w, 1, MAX_CONTEXT).map_err(err)?,
+    };
+    let pattern_key = format!("{arch}.attention.sliding_window_pattern");
+    let local: Vec<bool> = match m.array(&pattern_key) {
+        Ok(Some(flags)) => {
+            let flags: Vec<Option<bool>> = (0..flags.len())
+                .map(|i| {
+                    flags.get(i).and_then(|v| match v {
+                        Value::Bool(b) => Some(b),
+                        _ => None,
+                    })
+                })
+                .collect();
+            match flags.iter().copied().collect::<Option<Vec<bool>>>() {
+                Some(flags) if flags.len() == layers as usize => flags,
+                _ => {
+                    return Err(err(PackErrorKind::key(
+                        &pattern_key,
+                        format!("expected {layers} booleans, one a layer, or an integer"),
+                    )));
+                }
+            }
+        }
+        _ => {
+            // Every n-th layer is global, the others local (0: every layer local).
+            let n = m.u32(&pattern_key).map_err(err)?.unwrap_or(6);
+            (0..layers).map(|l| n == 0 || l % n < n - 1).collect()
+        }
+    };
+    let base_key = format!("{arch}.rope.freq_base_swa");
+    let rope_base = limits::positive_in(&base_key, m.f64(&base_key).map_err(err)?.unwrap_or(10_000.0), MAX_ROPE_BASE)
+        .map_err(err)?;
+    Ok(Some(SlidingWindow { window, rope_base, local }))
 }
 
 /// `head_count_kv`: a number, or a per-layer array whose entries must all agree.

@@ -28,12 +28,16 @@ pub struct Attention {
     pub kv_heads: u32,
     /// Head length.
     pub head_dim: u32,
-    /// Score scale, 1/sqrt(head_dim).
+    /// Score scale (see [`crate::model::ModelDesc::attention_scale`]).
     pub scale: f32,
     /// KV positions per block.
     pub block: u32,
     /// Whether it reads QSA's selected blocks.
     pub sparse: bool,
+    /// Positions a query sees, its own included: a local layer's sliding window (0:
+    /// every earlier position). Blocks wholly before it are not read.
+    #[serde(default, skip_serializing_if = "super::is_zero")]
+    pub window: u32,
 }
 
 impl Attention {
@@ -48,9 +52,10 @@ impl Attention {
 
 impl KernelOp for Attention {
     fn kernel_name(&self) -> String {
-        let Attention { heads, kv_heads, head_dim, block, sparse, .. } = self;
+        let Attention { heads, kv_heads, head_dim, block, sparse, window, .. } = self;
         let kind = if *sparse { "attention_sparse" } else { "attention" };
-        format!("{kind}_{heads}x{kv_heads}x{head_dim}_b{block}")
+        let local = if *window > 0 { format!("_w{window}") } else { String::new() };
+        format!("{kind}_{heads}x{kv_heads}x{head_dim}_b{block}{local}")
     }
 
     fn record(&self, target: &Target, _options: &Options) -> Parts {
@@ -97,9 +102,12 @@ impl KernelOp for Attention {
     }
 
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
-        let Attention { heads, kv_heads, head_dim, block, .. } = *self;
+        let Attention { heads, kv_heads, head_dim, block, sparse, window, .. } = *self;
         let l = &k.launch;
         super::rmsnorm::float_literal_check(c, "score scale", self.scale);
+        if sparse && window > 0 {
+            c.fail("sliding window", window.to_string(), "QSA's selection reads whole-context layers only".into());
+        }
         if kv_heads == 0 || heads % kv_heads != 0 {
             c.fail("query heads per KV head", format!("{heads}/{kv_heads}"), "they must divide evenly".into());
         }
@@ -134,10 +142,10 @@ impl KernelOp for Attention {
     }
 
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
-        let Attention { heads, kv_heads, head_dim, scale, block, sparse } = *self;
+        let Attention { heads, kv_heads, head_dim, scale, block, sparse, window } = *self;
         let Tuning::Attention(t) = &k.tuning else { return json!({}) };
         json!({
-            "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "block": block, "sparse": sparse,
+            "window": window, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "block": block, "sparse": sparse,
             "group": heads / kv_heads, "kv_width": kv_heads * head_dim,
             "scale": c_float(scale), "splits": t.splits, "split_blocks": t.split_blocks,
             "state": head_dim + 2, "max_window": MAX_WINDOW,

@@ -25,8 +25,12 @@ pub struct AttentionPrefill {
     pub kv_heads: u32,
     /// Head length.
     pub head_dim: u32,
-    /// Score scale, 1/sqrt(head_dim).
+    /// Score scale (see [`crate::model::ModelDesc::attention_scale`]).
     pub scale: f32,
+    /// Positions a query sees, its own included (a local layer's sliding window; 0:
+    /// every earlier position).
+    #[serde(default, skip_serializing_if = "super::is_zero")]
+    pub window: u32,
 }
 
 impl AttentionPrefill {
@@ -51,8 +55,9 @@ impl AttentionPrefill {
 
 impl KernelOp for AttentionPrefill {
     fn kernel_name(&self) -> String {
-        let AttentionPrefill { heads, kv_heads, head_dim, .. } = self;
-        format!("attention_prefill_{heads}x{kv_heads}x{head_dim}")
+        let AttentionPrefill { heads, kv_heads, head_dim, window, .. } = self;
+        let local = if *window > 0 { format!("_w{window}") } else { String::new() };
+        format!("attention_prefill_{heads}x{kv_heads}x{head_dim}{local}")
     }
 
     fn record(&self, target: &Target, _options: &Options) -> Parts {
@@ -167,10 +172,11 @@ impl KernelOp for AttentionPrefill {
     }
 
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
-        let AttentionPrefill { heads, kv_heads, head_dim, scale } = *self;
+        let AttentionPrefill { heads, kv_heads, head_dim, scale, window } = *self;
         let Tuning::AttentionPrefill(t) = &k.tuning else { return json!({}) };
         let lanes = (k.launch.wave_size / 16).max(1);
         json!({
+            "window": window,
             "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "group": self.group(),
             "kv_width": kv_heads * head_dim, "scale": c_float(scale),
             "rows": 16 * t.waves, "block_tokens": t.block_tokens, "used_rows": t.block_tokens * self.group(),
@@ -207,7 +213,7 @@ mod tests {
     /// fits chosen; shapes the kernel cannot run fail the static check, naming what.
     #[test]
     fn shapes_fit_or_fail_by_name() {
-        let op = |heads, kv_heads, head_dim| AttentionPrefill { heads, kv_heads, head_dim, scale: 0.1 };
+        let op = |heads, kv_heads, head_dim| AttentionPrefill { heads, kv_heads, head_dim, scale: 0.1, window: 0 };
         for target in ["sm_80", "sm_90", "gfx1030", "gfx1100", "gfx90a"] {
             for (h, kv, d) in [(9, 3, 64), (32, 8, 128), (32, 4, 128), (16, 8, 128), (4, 2, 64)] {
                 assert_eq!(errors(op(h, kv, d), target), Vec::<String>::new(), "{target} {h}/{kv}x{d}");

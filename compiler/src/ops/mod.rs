@@ -45,7 +45,7 @@ pub use qsa_select::QsaSelect;
 pub use quantize_q8::QuantizeQ8;
 pub use rmsnorm::RmsNorm;
 pub use rope_store::{RopeStore, RopeStyle};
-pub use silu_mul::SiluMul;
+pub use silu_mul::{Activation, SiluMul};
 pub use softmax::Softmax;
 
 use crate::check::CheckError;
@@ -388,20 +388,25 @@ mod tests {
                 Int8Dot::Auto,
                 grid_x_more,
             ),
-            (SiluMul { n: 14_336, q8: true, paired: false }.into(), Int8Dot::Auto, grid_x_one),
+            (SiluMul { n: 14_336, q8: true, paired: false, act: Activation::Silu }.into(), Int8Dot::Auto, grid_x_one),
             (MoeRoute { experts: 128, used: 8 }.into(), Int8Dot::Auto, shared),
             (MoeSum { n: 4096, used: 8 }.into(), Int8Dot::Auto, grid_x_one),
             (Add { n: 4096, broadcast: true }.into(), Int8Dot::Auto, grid_x_one),
-            (Embed { quant: q4, cols: 4096, vocab: 1000 }.into(), Int8Dot::Auto, |k| {
+            (Embed { quant: q4, cols: 4096, vocab: 1000, scale: 1.0 }.into(), Int8Dot::Auto, |k| {
                 k.buffers[0].extent = Extent::Fixed(1)
             }),
             (
-                Attention { heads: 32, kv_heads: 8, head_dim: 128, scale: 0.1, block: 16, sparse: true }.into(),
+                Attention { heads: 32, kv_heads: 8, head_dim: 128, scale: 0.1, block: 16, sparse: true, window: 0 }
+                    .into(),
                 Int8Dot::Auto,
                 grid_x_more,
             ),
             (AttentionMerge { heads: 32, head_dim: 128, q8: true }.into(), Int8Dot::Auto, grid_x_more),
-            (AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: 0.125 }.into(), Int8Dot::Auto, shared),
+            (
+                AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: 0.125, window: 0 }.into(),
+                Int8Dot::Auto,
+                shared,
+            ),
             (QsaScore { heads: 32, kv_heads: 8, head_dim: 128, block: 16 }.into(), Int8Dot::Auto, shared),
             (QsaSelect { kv_heads: 8, block: 16 }.into(), Int8Dot::Auto, |k| k.launch.shared_bytes = 64),
             (Softmax { n: 32_000 }.into(), Int8Dot::Auto, shared),
@@ -437,8 +442,9 @@ mod tests {
             let ops: [Op; 4] = [
                 RmsNorm { n: 4096, eps: bad, qk: None }.into(),
                 AddRmsNorm { n: 4096, eps: bad, q8: true, experts: 8 }.into(),
-                Attention { heads: 32, kv_heads: 8, head_dim: 128, scale: bad, block: 16, sparse: false }.into(),
-                AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: bad }.into(),
+                Attention { heads: 32, kv_heads: 8, head_dim: 128, scale: bad, block: 16, sparse: false, window: 0 }
+                    .into(),
+                AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: bad, window: 0 }.into(),
             ];
             for op in ops {
                 let options = Options::default();

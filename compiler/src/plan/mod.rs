@@ -629,8 +629,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         forward.norm(),
         forward.add_norm(false, false),
         forward.rope_store(),
-        forward.attention(false),
-        forward.attention(true),
+        forward.attention(true, None),
         forward.merge(false),
         forward.qsa_score(),
         forward.qsa_select(),
@@ -639,8 +638,11 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         forward.argmax(),
         forward.silu_mul(false),
     ]);
-    if prefill {
-        ops.push(forward.attention_prefill());
+    for window in forward.windows() {
+        ops.push(forward.attention(false, window));
+        if prefill {
+            ops.extend(forward.attention_prefill(window));
+        }
     }
     ops.extend(forward.head_norm());
     ops.extend(forward.qk_norm());

@@ -44,9 +44,9 @@ impl Model {
         }
         let d = self.desc.clone();
         let (heads, head_dim, block) = (d.heads, d.head_dim_k, self.block);
-        let dense = self.kernels.get(&self.ops.attention(false))?;
+        let dense = self.kernels.get(&self.ops.attention(false, None))?;
         let merge = self.kernels.get(&self.ops.merge(false))?;
-        let sparse = self.kernels.get(&self.ops.attention(true))?;
+        let sparse = self.kernels.get(&self.ops.attention(true, None))?;
         let score = self.kernels.get(&self.ops.qsa_score())?;
         let select = self.kernels.get(&self.ops.qsa_select())?;
         self.fill_context(deepest, 7)?;

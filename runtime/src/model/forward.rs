@@ -128,6 +128,7 @@ impl Model {
             Buf::QkNormed => (s.qkn, 0),
             Buf::AttnOut => (s.attn, 0),
             Buf::Proj => (s.proj, 0),
+            Buf::PostNormed => (s.post, 0),
             Buf::Gate => (s.gate, 0),
             Buf::Up => (s.up, 0),
             Buf::GateUp => (s.gate_up, 0),
@@ -148,6 +149,7 @@ impl Model {
             Buf::Count => (s.count, 0),
             Buf::Pos => (s.pos, 0),
             Buf::CosSin => (s.cos_sin, 0),
+            Buf::CosSinLocal => (s.cos_sin_local, 0),
             Buf::Logits => (s.logits, 0),
             Buf::KCache(l) | Buf::VCache(l) | Buf::KSummary(l) => {
                 let cache = self.caches[self.slot].get(l as usize).ok_or_else(missing)?;
@@ -216,6 +218,8 @@ fn weight(ly: &Layer, role: Role) -> Option<Weight> {
         (Role::QkNorm, _) => qk(2),
         (Role::O, _) => Some(ly.o),
         (Role::FfnNorm, _) => Some(ly.ffn_norm),
+        (Role::PostAttnNorm, _) => ly.post_norms.map(|w| w[0]),
+        (Role::PostFfnNorm, _) => ly.post_norms.map(|w| w[1]),
         (Role::Gate, Ffn::Dense { gate, .. }) => Some(gate),
         (Role::Up, Ffn::Dense { up, .. }) => Some(up),
         (Role::GateUp, Ffn::Dense { gate_up, .. }) => gate_up,

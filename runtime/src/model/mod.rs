@@ -142,8 +142,14 @@ impl Model {
         // Prompt chunks: GEMM chunks of `prefill` tokens where the kernels have them; a
         // mixture of experts reads its prompt in the widest window passes its kernels
         // have, up to `prefill` tokens (and MAX_WINDOW, the most its routing takes).
+        // Heads too long for the prefill attention's tiles leave a chunk's attention to
+        // the split kernels: then its GEMMs say whether chunks were compiled.
+        let chunk_compiled = match ops.attention_prefill(None) {
+            Some(attention) => kernels.has(&attention),
+            None => layers.first().is_some_and(|ly| kernels.has(&ops.gemm(ly.q.matrix()))),
+        };
         let chunk = match desc.experts {
-            None if kernels.has(&ops.attention_prefill()) => prefill.max(1),
+            None if chunk_compiled => prefill.max(1),
             None => window,
             Some(_) => {
                 let gate = pack.tensor("blk.0.ffn_gate_exps.weight").map(|t| t.ty);
@@ -159,6 +165,9 @@ impl Model {
         let caches = Cache::alloc_slots(b, slots, desc.layers, cache_bytes, summary_bytes)?;
         let table = rope::table(n_ctx, &rope::Rope::of(&desc, rope::freq_factors(pack, &desc)?))?;
         b.write(s.cos_sin, 0, &table)?;
+        if let Some(local) = rope::Rope::local(&desc) {
+            b.write(s.cos_sin_local, 0, &rope::table(n_ctx, &local)?)?;
+        }
         let experts = match desc.experts {
             Some(_) => {
                 let expert_bytes: u64 =

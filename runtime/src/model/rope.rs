@@ -35,6 +35,19 @@ impl Rope {
         }
     }
 
+    /// The rope of a model's sliding-window layers (Gemma 3): their own base, angles
+    /// never scaled nor divided by factors (llama.cpp's `freq_scale_swa` is 1).
+    pub fn local(desc: &ModelDesc) -> Option<Rope> {
+        let s = desc.sliding.as_ref()?;
+        Some(Rope {
+            base: s.rope_base,
+            dims: desc.rope_dims,
+            scaling: RopeScaling::None,
+            attn_factor: desc.rope_attn_factor,
+            freq_factors: Vec::new(),
+        })
+    }
+
     /// (cos, sin) of pair `i` at position `p`, as llama.cpp's rope computes them:
     /// the frequency `base^(−2i/dims)` divided by the pair's factor; with linear
     /// scaling the position divided by the factor; with YaRN the interpolated and the

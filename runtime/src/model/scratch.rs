@@ -25,6 +25,8 @@ pub(crate) struct Scratch {
     pub(super) qkn: BufferId,
     pub(crate) attn: BufferId,
     pub(super) proj: BufferId,
+    /// Gemma: a block's output normed before the residual add.
+    pub(super) post: BufferId,
     pub(super) gate: BufferId,
     pub(super) up: BufferId,
     pub(super) gate_up: BufferId,
@@ -37,6 +39,8 @@ pub(crate) struct Scratch {
     pub(crate) pos: BufferId,
     pub(super) next: BufferId,
     pub(super) cos_sin: BufferId,
+    /// The sliding-window layers' RoPE table (Gemma 3).
+    pub(super) cos_sin_local: BufferId,
     /// Attention's split partial states and split counts.
     pub(crate) partial: BufferId,
     pub(crate) splits: BufferId,
@@ -101,6 +105,10 @@ impl Scratch {
             Ok(buf)
         };
         let (part_bytes, flags_bytes) = (workspace("part"), workspace("flags"));
+        // Split attention's states serve windows, and prompt chunks too where the heads
+        // are too long for the prefill attention.
+        let attending = if forward.attention_prefill(None).is_none() { c } else { w };
+        let table = n_ctx as usize * desc.rope_dims as usize;
         Ok(Scratch {
             x: [f32s(b, c * e)?, f32s(b, c * e)?],
             h: f32s(b, c * e)?,
@@ -111,6 +119,7 @@ impl Scratch {
             qkn: f32s(b, c * (qd + kd))?,
             attn: f32s(b, c * qd)?,
             proj: f32s(b, c * e)?,
+            post: f32s(b, if forward.post_norms() { c * e } else { 1 })?,
             gate: f32s(b, c * ffn)?,
             up: f32s(b, c * ffn)?,
             gate_up: f32s(b, 2 * ffn)?,
@@ -121,9 +130,10 @@ impl Scratch {
             ids: f32s(b, c)?,
             pos: f32s(b, 1)?,
             next: f32s(b, c)?,
-            cos_sin: f32s(b, n_ctx as usize * desc.rope_dims as usize)?,
-            partial: f32s(b, w * desc.heads as usize * splits * (desc.head_dim_k as usize + 2))?,
-            splits: f32s(b, w * desc.heads as usize)?,
+            cos_sin: f32s(b, table)?,
+            cos_sin_local: f32s(b, if desc.sliding.is_some() { table } else { 1 })?,
+            partial: f32s(b, attending * desc.heads as usize * splits * (desc.head_dim_k as usize + 2))?,
+            splits: f32s(b, attending * desc.heads as usize)?,
             scores: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize * n_blocks)?,
             list: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize * n_blocks)?,
             count: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize)?,

@@ -43,10 +43,12 @@ pub(crate) struct Layer {
     pub(super) q_bias: Option<Weight>,
     pub(super) k_bias: Option<Weight>,
     pub(super) v_bias: Option<Weight>,
-    /// qwen3's per-head norms: query, key, and both side by side.
+    /// The per-head norms (qwen3, Gemma 3): query, key, and both side by side.
     pub(super) qk_norm: Option<[Weight; 3]>,
     pub(super) o: Weight,
     pub(super) ffn_norm: Weight,
+    /// Gemma's norms of attention's and the FFN's outputs.
+    pub(super) post_norms: Option<[Weight; 2]>,
     /// Q, K and V stacked, for the decode step's one fused product.
     pub(super) qkv: Option<Weight>,
     pub(super) ffn: Ffn,
@@ -85,11 +87,16 @@ impl Weights {
         for i in 0..desc.layers {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
             let nb = |s: &str| format!("blk.{i}.{s}");
-            let (qwen2, qwen3) = (desc.family.qkv_bias(), desc.family.qk_norm());
+            let (qwen2, qk_norms) = (desc.family.qkv_bias(), desc.family.qk_norm());
             let q_bias = up.optional(b, &nb("attn_q.bias"), qwen2)?;
             let k_bias = up.optional(b, &nb("attn_k.bias"), qwen2)?;
             let v_bias = up.optional(b, &nb("attn_v.bias"), qwen2)?;
-            let qk_norm = if qwen3 { Some(up.norm_pair(b, [&n("attn_q_norm"), &n("attn_k_norm")])?) } else { None };
+            let post_norms = if desc.family.post_norms() {
+                Some([up.one(b, &n("post_attention_norm"))?, up.one(b, &n("post_ffw_norm"))?])
+            } else {
+                None
+            };
+            let qk_norm = if qk_norms { Some(up.norm_pair(b, [&n("attn_q_norm"), &n("attn_k_norm")])?) } else { None };
             let qkv = up.stacked(b, kernels, &["attn_q", "attn_k", "attn_v"].map(n))?;
             let ffn = if desc.experts.is_some() {
                 Ffn::Experts { router: up.one(b, &n("ffn_gate_inp"))? }
@@ -113,6 +120,7 @@ impl Weights {
                 qk_norm,
                 o: up.one(b, &n("attn_output"))?,
                 ffn_norm: up.one(b, &n("ffn_norm"))?,
+                post_norms,
                 qkv: qkv.as_ref().map(|p| p[3]),
                 ffn,
             });

@@ -433,7 +433,12 @@ impl Tokenizer {
         } else {
             Model::Spm(spm::Spm::new(&vocab, unk))
         };
-        let chat_template = md.str("tokenizer.chat_template")?.map(str::to_owned);
+        // A Gemma vocabulary without a template gets Gemma's turn format, not ChatML.
+        let gemma_turns = vocab.id("<start_of_turn>").is_some() && vocab.id("<end_of_turn>").is_some();
+        let chat_template = match md.str("tokenizer.chat_template")? {
+            Some(t) => Some(t.to_owned()),
+            None => gemma_turns.then(|| crate::chat::GEMMA.to_owned()),
+        };
         Ok(Tokenizer { vocab, model, bos, eos, add_bos, add_eos, add_space_prefix, eog, specials, chat_template })
     }
 
@@ -628,7 +633,8 @@ impl Tokenizer {
         self.vocab.texts.get(id as usize).map_or("", String::as_str)
     }
 
-    /// The pack's Jinja chat template, if it has one.
+    /// The pack's Jinja chat template, if it has one (a Gemma vocabulary without one:
+    /// [`crate::chat::GEMMA`]).
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }

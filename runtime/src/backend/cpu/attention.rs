@@ -1,6 +1,7 @@
 //! The `attention` reference: for each (token, head), the partial softmax states of its
-//! shares of key blocks (dense, or QSA's selected list), split exactly as the kernel
-//! splits them, for `attention_merge` to combine. Scores and sums in f64.
+//! shares of key blocks (dense, over a local layer's sliding window, or QSA's selected
+//! list), split exactly as the kernel splits them, for `attention_merge` to combine.
+//! Scores and sums in f64.
 
 use rayon::prelude::*;
 use strata_compiler::plan::{MAX_WINDOW, Tuning};
@@ -13,7 +14,7 @@ use strata_compiler::ops;
 /// (the shares used) for `tokens` tokens from position `pos`; a token past `n_ctx`
 /// leaves its states as they were and uses none.
 pub(super) fn run(op: &ops::Attention, io: &mut OpIo) -> Result<(), RunError> {
-    let ops::Attention { heads, kv_heads, head_dim, scale, block, sparse } = *op;
+    let ops::Attention { heads, kv_heads, head_dim, scale, block, sparse, window } = *op;
     let Tuning::Attention(tuning) = &io.spec().tuning else {
         return Err(RunError::Other(format!("{}: no split rule", io.spec().name)));
     };
@@ -40,18 +41,20 @@ pub(super) fn run(op: &ops::Attention, io: &mut OpIo) -> Result<(), RunError> {
         if n_kv > n_ctx {
             return;
         }
+        let first = if window > 0 { n_kv.saturating_sub(window as usize) } else { 0 };
         let blocks: Vec<usize> = if sparse {
             let row = (t * kv_heads + kvh) * n_blocks;
             list[row..row + count[t * kv_heads + kvh].max(0) as usize].iter().map(|&b| b as usize).collect()
         } else {
-            (0..(n_kv - 1) / block + 1).collect()
+            // A local layer reads from the block holding its window's first position.
+            ((first / block)..(n_kv - 1) / block + 1).collect()
         };
         let (per, shares) = tuning.shares(blocks.len() as u32);
         *used = shares as i32;
         let q = &q[i * hd..][..hd];
         for (s, share) in blocks.chunks(per as usize).enumerate().take(shares as usize) {
             let positions: Vec<usize> =
-                share.iter().flat_map(|&b| b * block..(b + 1) * block).filter(|&p| p < n_kv).collect();
+                share.iter().flat_map(|&b| b * block..(b + 1) * block).filter(|&p| p < n_kv && p >= first).collect();
             let scores: Vec<f64> = positions
                 .iter()
                 .map(|&p| {

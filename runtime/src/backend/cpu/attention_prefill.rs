@@ -1,5 +1,6 @@
 //! The `attention_prefill` reference: each (token, head)'s causal softmax attention over
-//! the cache, exactly (scores, weights and sums in f64).
+//! the cache (or a local layer's sliding window of it), exactly (scores, weights and
+//! sums in f64).
 
 use rayon::prelude::*;
 
@@ -10,7 +11,7 @@ use strata_compiler::ops;
 /// `out[t][h]` for the `tokens` tokens from position `pos` (a token past `n_ctx` leaves
 /// its rows as they were).
 pub(super) fn run(op: &ops::AttentionPrefill, io: &mut OpIo) -> Result<(), RunError> {
-    let ops::AttentionPrefill { heads, kv_heads, head_dim, scale } = *op;
+    let ops::AttentionPrefill { heads, kv_heads, head_dim, scale, window } = *op;
     let (heads, kv_heads, hd) = (heads as usize, kv_heads as usize, head_dim as usize);
     let (n_ctx, tokens) = (io.scalar("n_ctx") as usize, io.scalar("tokens") as usize);
     let pos = io.ints("pos", 1)[0] as usize;
@@ -26,7 +27,8 @@ pub(super) fn run(op: &ops::AttentionPrefill, io: &mut OpIo) -> Result<(), RunEr
             return;
         }
         let q = &q[i * hd..][..hd];
-        let scores: Vec<f64> = (0..n_kv)
+        let first = if window > 0 { n_kv.saturating_sub(window as usize) } else { 0 };
+        let scores: Vec<f64> = (first..n_kv)
             .map(|p| {
                 let k = &kc[p * width + kvh * hd..][..hd];
                 (0..hd).map(|d| f64::from(q[d]) * f64::from(k[d])).sum::<f64>() * f64::from(scale)
@@ -36,7 +38,7 @@ pub(super) fn run(op: &ops::AttentionPrefill, io: &mut OpIo) -> Result<(), RunEr
         let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
         let sum: f64 = weights.iter().sum();
         for (d, o) in out.iter_mut().enumerate() {
-            let v: f64 = weights.iter().enumerate().map(|(p, w)| w * f64::from(vc[p * width + kvh * hd + d])).sum();
+            let v: f64 = weights.iter().zip(first..).map(|(w, p)| w * f64::from(vc[p * width + kvh * hd + d])).sum();
             *o = (v / sum) as f32;
         }
     });
@@ -61,10 +63,10 @@ mod tests {
 
     /// Runs the reference on `q` (tokens × heads × dim) over the caches (n_ctx rows of
     /// WIDTH) from position `pos`; `out` starts as all 7.0.
-    fn attend(q: &[f32], k: &[f32], v: &[f32], pos: i32, n_ctx: u32) -> Vec<f32> {
+    fn attend(q: &[f32], k: &[f32], v: &[f32], pos: i32, n_ctx: u32, window: u32) -> Vec<f32> {
         let target = Target::load("sm_90").expect("known");
-        let op =
-            ops::AttentionPrefill { heads: HEADS as u32, kv_heads: KV_HEADS as u32, head_dim: DIM as u32, scale: 0.25 };
+        let (heads, kv_heads, head_dim) = (HEADS as u32, KV_HEADS as u32, DIM as u32);
+        let op = ops::AttentionPrefill { heads, kv_heads, head_dim, scale: 0.25, window };
         let spec = rules::kernel(Op::AttentionPrefill(op), &target);
         let tokens = q.len() / (HEADS * DIM);
         let halves = |x: &[f32]| x.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect::<Vec<u8>>();
@@ -102,7 +104,7 @@ mod tests {
     fn one_position_gives_its_value_row() {
         let (k, v) = (rows(4, 1), rows(4, 2));
         let q: Vec<f32> = (0..HEADS * DIM).map(|i| i as f32 * 0.37 - 3.0).collect();
-        let out = attend(&q, &k, &v, 0, 4);
+        let out = attend(&q, &k, &v, 0, 4, 0);
         for h in 0..HEADS {
             let kvh = h / (HEADS / KV_HEADS);
             assert_eq!(&out[h * DIM..][..DIM], &v[kvh * DIM..][..DIM], "head {h}");
@@ -110,15 +112,22 @@ mod tests {
     }
 
     /// With every key equal, every score is equal: token t of a chunk at `pos` averages
-    /// the value rows 0..=pos+t of its KV head; a token past the context leaves its rows.
+    /// the value rows 0..=pos+t of its KV head (the latest `window` of them in a local
+    /// layer); a token past the context leaves its rows.
     #[test]
     fn equal_keys_average_the_values_seen_causally() {
+        for window in [0, 1, 3] {
+            equal_keys_average(window);
+        }
+    }
+
+    fn equal_keys_average(window: usize) {
         let (n_ctx, pos, tokens) = (6usize, 2usize, 5usize);
         let key: Vec<f32> = (0..WIDTH).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
         let k: Vec<f32> = key.iter().copied().cycle().take(n_ctx * WIDTH).collect();
         let v = rows(n_ctx, 3);
         let q: Vec<f32> = (0..tokens * HEADS * DIM).map(|i| ((i * 13) % 11) as f32 * 0.3 - 1.5).collect();
-        let out = attend(&q, &k, &v, pos as i32, n_ctx as u32);
+        let out = attend(&q, &k, &v, pos as i32, n_ctx as u32, window as u32);
         for t in 0..tokens {
             for h in 0..HEADS {
                 let (kvh, row) = (h / (HEADS / KV_HEADS), &out[(t * HEADS + h) * DIM..][..DIM]);
@@ -127,8 +136,10 @@ mod tests {
                     assert!(row.iter().all(|&x| x == 7.0), "token {t} is past the context: {row:?}");
                     continue;
                 }
+                let first = if window > 0 { seen.saturating_sub(window) } else { 0 };
                 for (d, &got) in row.iter().enumerate() {
-                    let mean = (0..seen).map(|p| f64::from(v[p * WIDTH + kvh * DIM + d])).sum::<f64>() / seen as f64;
+                    let mean = (first..seen).map(|p| f64::from(v[p * WIDTH + kvh * DIM + d])).sum::<f64>()
+                        / (seen - first) as f64;
                     assert!((f64::from(got) - mean).abs() < 1e-6, "token {t} head {h} dim {d}: {got} vs {mean}");
                 }
             }
