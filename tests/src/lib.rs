@@ -97,6 +97,22 @@ pub fn behaviour_backend() -> &'static [&'static str] {
 /// qwen2's, written to `dir`.
 pub fn every_type_packs(dir: &std::path::Path) -> Vec<PathBuf> {
     use GgmlType as G;
+    // The types mix-a does not hold.
+    let rest = [
+        G::Q5_0,
+        G::Q5_1,
+        G::Q2_K,
+        G::Q3_K,
+        G::Q5_K,
+        G::IQ2_XXS,
+        G::IQ2_S,
+        G::IQ1_S,
+        G::IQ4_NL,
+        G::IQ4_XS,
+        G::F16,
+        G::BF16,
+        G::F32,
+    ];
     let specs = [
         (
             Preset::TinyLlama,
@@ -104,47 +120,9 @@ pub fn every_type_packs(dir: &std::path::Path) -> Vec<PathBuf> {
             vec![G::IQ1_M, G::IQ2_XS, G::IQ3_XXS, G::IQ3_S, G::Q4_0, G::Q4_1, G::Q8_0, G::Q4_K, G::Q6_K],
             G::Q8_0,
         ),
-        (
-            Preset::TinyQwen3Moe,
-            "mix-b",
-            vec![
-                G::Q5_0,
-                G::Q5_1,
-                G::Q2_K,
-                G::Q3_K,
-                G::Q5_K,
-                G::IQ2_XXS,
-                G::IQ2_S,
-                G::IQ1_S,
-                G::IQ4_NL,
-                G::IQ4_XS,
-                G::F16,
-                G::BF16,
-                G::F32,
-            ],
-            G::Q4_K,
-        ),
+        (Preset::TinyQwen3Moe, "mix-b", rest.to_vec(), G::Q4_K),
         // mix-b's types again as dense products (GEMMs too), in Gemma 3's forward pass.
-        (
-            Preset::TinyGemma3,
-            "mix-c",
-            vec![
-                G::Q5_0,
-                G::Q5_1,
-                G::Q2_K,
-                G::Q3_K,
-                G::Q5_K,
-                G::IQ2_XXS,
-                G::IQ2_S,
-                G::IQ1_S,
-                G::IQ4_NL,
-                G::IQ4_XS,
-                G::F16,
-                G::BF16,
-                G::F32,
-            ],
-            G::Q8_0,
-        ),
+        (Preset::TinyGemma3, "mix-c", rest.to_vec(), G::Q8_0),
     ];
     specs
         .into_iter()

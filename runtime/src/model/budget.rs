@@ -45,7 +45,7 @@ fn host_memory() -> Option<u64> {
 pub(crate) struct ContextBytes {
     /// KV caches and summaries of all slots.
     pub kv: u64,
-    /// The RoPE table.
+    /// The RoPE tables (two with sliding-window layers).
     pub rope: u64,
 }
 
@@ -57,7 +57,9 @@ impl ContextBytes {
         let summary = u64::from(n_ctx.div_ceil(block.max(1))).checked_mul(4 * kv_width)?;
         let layer = cache.checked_mul(2)?.checked_add(summary)?;
         let kv = layer.checked_mul(u64::from(desc.layers))?.checked_mul(slots as u64)?;
-        let rope = u64::from(n_ctx).checked_mul(u64::from(desc.rope_dims))?.checked_mul(4)?;
+        // Sliding-window layers have a RoPE table of their own.
+        let tables = if desc.sliding.is_some() { 2 } else { 1 };
+        let rope = u64::from(n_ctx).checked_mul(u64::from(desc.rope_dims))?.checked_mul(4 * tables)?;
         Some(ContextBytes { kv, rope })
     }
 }
