@@ -172,3 +172,12 @@ fn qwen2_biases() {
     let pack = synthetic_pack_of(&shape, &[GgmlType::Q4_0]);
     insta::assert_snapshot!(trace_pack(pack, Int8Dot::Auto, ExpertOptions::default()));
 }
+
+#[test]
+fn gemma3_windows_and_normed_outputs() {
+    // Two local layers (a window of 16, their own RoPE table; dense past QSA's budget)
+    // and a global one; each block's output normed in the residual add's launch, the last
+    // one's by a norm of its own.
+    let pack = synthetic_pack_of(&Preset::TinyGemma3.shape(), &[GgmlType::Q8_0]);
+    insta::assert_snapshot!(trace_pack(pack, Int8Dot::Always, ExpertOptions::default()));
+}

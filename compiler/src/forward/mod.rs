@@ -175,10 +175,11 @@ impl Forward {
     }
 
     /// The residual add and the next norm; `q8` quantizes the result for int8 products,
-    /// `experts` sums a mixture-of-experts layer's outputs first.
+    /// `experts` sums a mixture-of-experts layer's outputs first; Gemma norms the block's
+    /// output first.
     pub fn add_norm(&self, q8: bool, experts: bool) -> Op {
         let experts = if experts { self.used() } else { 0 };
-        ops::AddRmsNorm { n: self.embd, eps: self.eps, q8, experts }.into()
+        ops::AddRmsNorm { n: self.embd, eps: self.eps, q8, experts, norm_b: self.post_norms }.into()
     }
 
     /// The Q, K and V biases (the Qwen2 family), in that order: broadcast adds.

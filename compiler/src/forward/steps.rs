@@ -338,8 +338,20 @@ impl Walk<'_, '_> {
 
     /// `sum = a + b` (the new residual stream) and `y = rmsnorm(sum) · w` over `rows`
     /// rows, for the products of `next`; returns whether it also quantized `y` for them.
-    /// `b` is a buffer, or with `None` the weighted sum of the experts' outputs.
-    fn add_norm(&mut self, a: Buf, b: Option<Buf>, w: Buf, sum: Buf, rows: u32, next: &[Matrix]) -> bool {
+    /// `b` is a buffer (Gemma's normed by `b_norm` first), or with `None` the weighted sum
+    /// of the experts' outputs.
+    #[allow(clippy::too_many_arguments)]
+    fn add_norm(
+        &mut self,
+        a: Buf,
+        b: Option<Buf>,
+        b_norm: Weight,
+        w: Buf,
+        sum: Buf,
+        rows: u32,
+        next: &[Matrix],
+        layer: u32,
+    ) -> bool {
         let experts = b.is_none() && self.f.experts.is_some();
         let fused = self.f.add_norm(true, experts);
         let q8 = if next.is_empty() { self.k.has(&fused) } else { self.fuse_q8(&fused, next, rows) };
@@ -347,6 +359,9 @@ impl Walk<'_, '_> {
         match b {
             Some(b) => args.push(("b", at(b))),
             None => args.extend([("parts", at(Buf::ExpertParts)), ("weights", at(Buf::RouteWeights))]),
+        }
+        if self.f.post_norms() {
+            args.push(("wb", at(Buf::Layer(layer, b_norm))));
         }
         if q8 {
             args.extend([("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales))]);
@@ -586,16 +601,16 @@ impl Forward {
             w.attention(l, q, t, pass.sparse_from.is_some_and(|first| l >= first), ly.o);
             let merge_q8 = w.merged_q8;
             w.products(at(Buf::AttnOut), t, &[(layer(l, Weight::O), ly.o, at(Buf::Proj))], merge_q8);
-            let attn_out = w.post_norm(l, Buf::Proj, Weight::PostAttnNorm, t);
             let ffn_norm = Buf::Layer(l, Weight::FfnNorm);
-            h_q8 = w.add_norm(residual(cur), Some(attn_out), ffn_norm, residual(1 - cur), t, &ffn_inputs(ly, t));
+            let (a, sum, next) = (residual(cur), residual(1 - cur), ffn_inputs(ly, t));
+            h_q8 = w.add_norm(a, Some(Buf::Proj), Weight::PostAttnNorm, ffn_norm, sum, t, &next, l);
             cur = 1 - cur;
             // Where the FFN's output is: the projection's, or (experts) their parts and
             // weights, which the next norm sums itself.
             let out = match ly.ffn {
                 FfnShape::Dense { .. } => {
                     w.dense_ffn(l, ly.ffn, t, h_q8);
-                    Some(w.post_norm(l, Buf::Proj, Weight::PostFfnNorm, t))
+                    Some(Buf::Proj)
                 }
                 FfnShape::Experts { .. } => {
                     w.expert_ffn(l, ly.ffn, t, h_q8);
@@ -605,14 +620,20 @@ impl Forward {
             match pass.layers.get(l as usize + 1) {
                 Some(next) => {
                     let norm = Buf::Layer(l + 1, Weight::AttnNorm);
-                    h_q8 = w.add_norm(residual(cur), out, norm, residual(1 - cur), t, &attention_inputs(next, t));
+                    let (a, sum, next) = (residual(cur), residual(1 - cur), attention_inputs(next, t));
+                    h_q8 = w.add_norm(a, out, Weight::PostFfnNorm, norm, sum, t, &next, l);
                 }
                 None => {
                     if let (None, Some(sum)) = (out, self.moe_sum()) {
                         let args = [("parts", at(Buf::ExpertParts)), ("weights", at(Buf::RouteWeights))];
                         w.launch(sum, &[args[0], args[1], ("y", at(Buf::Proj))], &[("tokens", count(t))]);
                     }
-                    let b = out.unwrap_or(Buf::Proj);
+                    // The last layer's output, normed where the family norms it, joins the
+                    // stream by a plain add.
+                    let b = match out {
+                        Some(out) => w.post_norm(l, out, Weight::PostFfnNorm, t),
+                        None => Buf::Proj,
+                    };
                     let args = [("a", at(residual(cur))), ("b", at(b)), ("y", at(residual(1 - cur)))];
                     w.launch(self.residual_add(), &args, &[("tokens", count(t))]);
                 }

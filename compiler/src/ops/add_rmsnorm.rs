@@ -1,5 +1,6 @@
 //! `add_rmsnorm`: the residual add and the next norm in one pass, optionally summing a
-//! mixture-of-experts layer's outputs and quantizing the result for int8 products.
+//! mixture-of-experts layer's outputs or norming the block's output first (Gemma), and
+//! quantizing the result for int8 products.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -10,8 +11,9 @@ use crate::plan::rules::{MAX_ROWS, NORM_THREADS};
 use crate::plan::{Dim, Elem, KernelRecord, Options};
 use crate::target::Target;
 
-/// `sum[r] = a[r] + b[r]`, then `y[r] = rmsnorm(sum[r]) · w`: the residual add and the
-/// next norm in one pass (one launch instead of two, each row read once).
+/// `sum[r] = a[r] + b[r]` (or `a[r] + rmsnorm(b[r]) · wb`), then `y[r] = rmsnorm(sum[r]) · w`:
+/// the residual add and the next norm in one pass (one launch instead of two or three,
+/// each row read once).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AddRmsNorm {
     /// Row length.
@@ -27,17 +29,22 @@ pub struct AddRmsNorm {
     /// instead of by a launch of its own.
     #[serde(default, skip_serializing_if = "super::is_zero")]
     pub experts: u32,
+    /// `b` is RMS-normed with its own weights `wb` before the add: Gemma's norm of a
+    /// block's output, in the same pass.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub norm_b: bool,
 }
 
 impl KernelOp for AddRmsNorm {
     fn kernel_name(&self) -> String {
-        let AddRmsNorm { n, q8, experts, .. } = self;
+        let AddRmsNorm { n, q8, experts, norm_b, .. } = self;
         let moe = if *experts > 0 { format!("_moe{experts}") } else { String::new() };
-        format!("add_rmsnorm{moe}{}_{n}", if *q8 { "_q8" } else { "" })
+        let post = if *norm_b { "_normed" } else { "" };
+        format!("add{post}_rmsnorm{moe}{}_{n}", if *q8 { "_q8" } else { "" })
     }
 
     fn record(&self, target: &Target, _options: &Options) -> Parts {
-        let AddRmsNorm { n, q8, experts, .. } = *self;
+        let AddRmsNorm { n, q8, experts, norm_b, .. } = *self;
         let threads = block_per_row(target, n, NORM_THREADS);
         let mut buffers = vec![buffer("a", Elem::F32, per("rows", n), false)];
         if experts > 0 {
@@ -45,6 +52,9 @@ impl KernelOp for AddRmsNorm {
             buffers.push(buffer("weights", Elem::F32, per("rows", experts), false));
         } else {
             buffers.push(buffer("b", Elem::F32, per("rows", n), false));
+        }
+        if norm_b {
+            buffers.push(buffer("wb", Elem::F32, fixed_len(n), false));
         }
         buffers.extend([
             buffer("w", Elem::F32, fixed_len(n), false),
@@ -70,6 +80,12 @@ impl KernelOp for AddRmsNorm {
             c.fail("row length", self.n.to_string(), "its int8 quants are whole 32-element chunks".into());
         }
         c.extents.push(("w", u64::from(self.n)));
+        if self.norm_b {
+            c.extents.push(("wb", u64::from(self.n)));
+            if self.experts > 0 {
+                c.fail("normed addend", "the experts' sum".into(), "a block's output buffer".into());
+            }
+        }
     }
 
     fn tolerance(&self) -> f64 {
@@ -77,7 +93,8 @@ impl KernelOp for AddRmsNorm {
     }
 
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
-        let AddRmsNorm { n, eps, q8, experts } = *self;
-        json!({ "n": n, "eps": c_float(eps), "q8": q8, "experts": experts, "per_thread": n.div_ceil(k.launch.threads) })
+        let AddRmsNorm { n, eps, q8, experts, norm_b } = *self;
+        let per_thread = n.div_ceil(k.launch.threads);
+        json!({ "n": n, "eps": c_float(eps), "q8": q8, "experts": experts, "norm_b": norm_b, "per_thread": per_thread })
     }
 }

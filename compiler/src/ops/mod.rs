@@ -381,7 +381,7 @@ mod tests {
             ),
             (QuantizeQ8 { cols: 4096 }.into(), Int8Dot::Auto, |k| k.launch.grid[1] = Dim::Fixed(0)),
             (RmsNorm { n: 4096, eps: 1e-5, qk: None }.into(), Int8Dot::Auto, shared),
-            (AddRmsNorm { n: 4096, eps: 1e-5, q8: true, experts: 8 }.into(), Int8Dot::Auto, shared),
+            (AddRmsNorm { n: 4096, eps: 1e-5, q8: true, experts: 8, norm_b: false }.into(), Int8Dot::Auto, shared),
             (
                 RopeStore { style: RopeStyle::Neox, heads: 32, kv_heads: 8, head_dim: 128, rope_dims: 128, block: 16 }
                     .into(),
@@ -441,7 +441,7 @@ mod tests {
         for bad in [f32::NAN, f32::INFINITY, 0.0, -1e-5] {
             let ops: [Op; 4] = [
                 RmsNorm { n: 4096, eps: bad, qk: None }.into(),
-                AddRmsNorm { n: 4096, eps: bad, q8: true, experts: 8 }.into(),
+                AddRmsNorm { n: 4096, eps: bad, q8: true, experts: 8, norm_b: false }.into(),
                 Attention { heads: 32, kv_heads: 8, head_dim: 128, scale: bad, block: 16, sparse: false, window: 0 }
                     .into(),
                 AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: bad, window: 0 }.into(),
