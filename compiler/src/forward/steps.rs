@@ -280,8 +280,6 @@ struct Walk<'f, 'k> {
     k: &'k mut dyn Compiled,
     steps: Vec<Step>,
     gemm: bool,
-    /// Whether the last merge quantized its output for the output projection.
-    merged_q8: bool,
 }
 
 impl Walk<'_, '_> {
@@ -338,20 +336,10 @@ impl Walk<'_, '_> {
 
     /// `sum = a + b` (the new residual stream) and `y = rmsnorm(sum) · w` over `rows`
     /// rows, for the products of `next`; returns whether it also quantized `y` for them.
-    /// `b` is a buffer (Gemma's normed by `b_norm` first), or with `None` the weighted sum
-    /// of the experts' outputs.
+    /// `b` is a buffer (Gemma's normed by the weights `b_norm` first), or with `None` the
+    /// weighted sum of the experts' outputs.
     #[allow(clippy::too_many_arguments)]
-    fn add_norm(
-        &mut self,
-        a: Buf,
-        b: Option<Buf>,
-        b_norm: Weight,
-        w: Buf,
-        sum: Buf,
-        rows: u32,
-        next: &[Matrix],
-        layer: u32,
-    ) -> bool {
+    fn add_norm(&mut self, a: Buf, b: Option<Buf>, b_norm: Buf, w: Buf, sum: Buf, rows: u32, next: &[Matrix]) -> bool {
         let experts = b.is_none() && self.f.experts.is_some();
         let fused = self.f.add_norm(true, experts);
         let q8 = if next.is_empty() { self.k.has(&fused) } else { self.fuse_q8(&fused, next, rows) };
@@ -361,7 +349,7 @@ impl Walk<'_, '_> {
             None => args.extend([("parts", at(Buf::ExpertParts)), ("weights", at(Buf::RouteWeights))]),
         }
         if self.f.post_norms() {
-            args.push(("wb", at(Buf::Layer(layer, b_norm))));
+            args.push(("wb", at(b_norm)));
         }
         if q8 {
             args.extend([("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales))]);
@@ -372,8 +360,9 @@ impl Walk<'_, '_> {
 
     /// A layer's attention up to its merged output: a prompt chunk's prefill attention,
     /// or split attention, dense (over a local layer's window) or over QSA's selection,
-    /// and the merge of its splits; `o` is the output projection that reads it.
-    fn attention(&mut self, l: u32, q: At, t: u32, sparse: bool, o: Matrix) {
+    /// and the merge of its splits; `o` is the output projection that reads it. Returns
+    /// whether the merge quantized its output for it.
+    fn attention(&mut self, l: u32, q: At, t: u32, sparse: bool, o: Matrix) -> bool {
         let tokens = ("tokens", Value::Count(t));
         let window = self.f.window(l);
         if self.gemm
@@ -382,7 +371,7 @@ impl Walk<'_, '_> {
             let (k, v) = (at(Buf::KCache(l)), at(Buf::VCache(l)));
             let args = [("q", q), ("k_cache", k), ("v_cache", v), ("out", at(Buf::AttnOut)), ("pos", at(Buf::Pos))];
             self.launch(prefill, &args, &[tokens, ("n_ctx", Value::Ctx)]);
-            return;
+            return false;
         }
         self.split_attention(l, q, t, sparse && window.is_none(), window);
         // The merge quantizes its output where the output projection reads int8 (not
@@ -394,7 +383,7 @@ impl Walk<'_, '_> {
             args.extend([("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales))]);
         }
         self.launch(self.f.merge(merge_q8), &args, &[tokens]);
-        self.merged_q8 = merge_q8;
+        merge_q8
     }
 
     /// Split attention's partial states.
@@ -530,7 +519,7 @@ fn ffn_inputs(ly: &LayerShape, t: u32) -> Vec<Matrix> {
 impl Forward {
     /// Every step of `pass`, in launch order.
     pub fn steps(&self, pass: &Pass<'_>, compiled: &mut dyn Compiled) -> Vec<Step> {
-        let mut w = Walk { f: self, k: compiled, steps: Vec::new(), gemm: pass.gemm, merged_q8: false };
+        let mut w = Walk { f: self, k: compiled, steps: Vec::new(), gemm: pass.gemm };
         let t = pass.tokens;
         let (qd, kd) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
         let count = Value::Count;
@@ -597,13 +586,12 @@ impl Forward {
             ];
             let sizes = [("tokens", count(t)), ("n_ctx", Value::Ctx), ("n_blocks", Value::Blocks)];
             w.launch(self.rope_store(), &store, &sizes);
-            w.merged_q8 = false;
-            w.attention(l, q, t, pass.sparse_from.is_some_and(|first| l >= first), ly.o);
-            let merge_q8 = w.merged_q8;
+            let merge_q8 = w.attention(l, q, t, pass.sparse_from.is_some_and(|first| l >= first), ly.o);
             w.products(at(Buf::AttnOut), t, &[(layer(l, Weight::O), ly.o, at(Buf::Proj))], merge_q8);
             let ffn_norm = Buf::Layer(l, Weight::FfnNorm);
             let (a, sum, next) = (residual(cur), residual(1 - cur), ffn_inputs(ly, t));
-            h_q8 = w.add_norm(a, Some(Buf::Proj), Weight::PostAttnNorm, ffn_norm, sum, t, &next, l);
+            let post = Buf::Layer(l, Weight::PostAttnNorm);
+            h_q8 = w.add_norm(a, Some(Buf::Proj), post, ffn_norm, sum, t, &next);
             cur = 1 - cur;
             // Where the FFN's output is: the projection's, or (experts) their parts and
             // weights, which the next norm sums itself.
@@ -621,7 +609,8 @@ impl Forward {
                 Some(next) => {
                     let norm = Buf::Layer(l + 1, Weight::AttnNorm);
                     let (a, sum, next) = (residual(cur), residual(1 - cur), attention_inputs(next, t));
-                    h_q8 = w.add_norm(a, out, Weight::PostFfnNorm, norm, sum, t, &next, l);
+                    let post = Buf::Layer(l, Weight::PostFfnNorm);
+                    h_q8 = w.add_norm(a, out, post, norm, sum, t, &next);
                 }
                 None => {
                     if let (None, Some(sum)) = (out, self.moe_sum()) {
