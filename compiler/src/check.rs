@@ -161,28 +161,14 @@ mod tests {
     fn attention_and_qsa_kernels_fit_every_shipped_target_and_odd_heads_are_refused() {
         for target in crate::target::known() {
             for (heads, kv_heads, head_dim) in [(32, 8, 128), (9, 3, 64), (16, 16, 256), (64, 4, 128)] {
+                let sparse =
+                    ops::Attention { heads, kv_heads, head_dim, scale: 0.1, block: 16, sparse: true, window: 0 };
                 let ops = [
                     Op::QsaScore(ops::QsaScore { heads, kv_heads, head_dim, block: 16 }),
                     Op::QsaSelect(ops::QsaSelect { kv_heads, block: 16 }),
-                    Op::Attention(ops::Attention {
-                        heads,
-                        kv_heads,
-                        head_dim,
-                        scale: 0.1,
-                        block: 16,
-                        sparse: true,
-                        window: 0,
-                    }),
+                    Op::Attention(sparse),
                     // A local layer's window (Gemma 3: 4/1 heads of 256, 512 positions).
-                    Op::Attention(ops::Attention {
-                        heads,
-                        kv_heads,
-                        head_dim,
-                        scale: 0.1,
-                        block: 16,
-                        sparse: false,
-                        window: 512,
-                    }),
+                    Op::Attention(ops::Attention { sparse: false, window: 512, ..sparse }),
                 ];
                 for op in ops {
                     let k = rules::kernel(op, &target);
