@@ -44,8 +44,8 @@ fn gemma3_reads_its_sliding_window_and_refuses_soft_capping() {
     let tiny = Preset::TinyGemma3.shape();
     let d = desc(plan(&tiny).writer.to_bytes(|_, _| {})).expect("valid gemma3");
     let sliding = d.sliding.clone().expect("a window");
+    assert_eq!((sliding.of_layer(0), sliding.of_layer(2)), (Some(16), None));
     assert_eq!((sliding.window, sliding.rope_base, sliding.local), (16, 10_000.0, vec![true, true, false]));
-    assert_eq!((d.window(0), d.window(2)), (Some(16), None));
     assert_eq!(d.attention_scale(), 0.125, "1/sqrt(head length 64)");
     let names: Vec<String> = d.expected_tensors().into_iter().map(|t| t.name).collect();
     for name in ["blk.2.post_attention_norm.weight", "blk.2.post_ffw_norm.weight", "blk.2.attn_q_norm.weight"] {

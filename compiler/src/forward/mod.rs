@@ -124,8 +124,7 @@ impl Forward {
 
     /// Layer `l`'s sliding window, if it is a local layer.
     pub fn window(&self, l: u32) -> Option<u32> {
-        let s = self.sliding.as_ref()?;
-        s.local.get(l as usize).copied().unwrap_or(false).then_some(s.window)
+        self.sliding.as_ref()?.of_layer(l)
     }
 
     /// The attention windows the layers use: the whole context, and the local layers'.

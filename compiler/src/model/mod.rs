@@ -107,6 +107,13 @@ pub struct SlidingWindow {
     pub local: Vec<bool>,
 }
 
+impl SlidingWindow {
+    /// Layer `l`'s window, if it is a local layer.
+    pub fn of_layer(&self, l: u32) -> Option<u32> {
+        self.local.get(l as usize).copied().unwrap_or(false).then_some(self.window)
+    }
+}
+
 /// Mixture-of-experts shape.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Experts {
@@ -238,12 +245,6 @@ impl ModelDesc {
         let dim =
             if self.family == Family::Gemma3 && self.layers == 62 { self.embd / self.heads } else { self.head_dim_k };
         1.0 / (dim as f32).sqrt()
-    }
-
-    /// Whether layer `l` attends over a sliding window, and its width.
-    pub fn window(&self, l: u32) -> Option<u32> {
-        let s = self.sliding.as_ref()?;
-        s.local.get(l as usize).copied().unwrap_or(false).then_some(s.window)
     }
 
     /// Reads the description from the pack's metadata and checks every tensor the
