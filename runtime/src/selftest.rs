@@ -100,6 +100,8 @@ fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
         // A prompt chunk after a cached prefix (TEST_POS): partial query and key tiles,
         // and the causal diagonal inside a key tile.
         ("tokens", None) if matches!(spec.op, Op::AttentionPrefill(_)) => 37,
+        // A chunk's routing: more tokens than a wave of the block routes at once.
+        ("tokens", None) if matches!(spec.op, Op::MoeGroup(_)) => 37,
         ("rows" | "tokens", _) => 3,
         ("n_ctx", _) => TEST_CTX,
         ("n_blocks", _) => TEST_CTX.div_ceil(block),
@@ -116,7 +118,9 @@ fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha
     let n = elems as usize;
     // An int8 product's quantized input: quants and (scale, sum) must agree, so both come
     // from the same random activations.
-    if matches!(spec.op, Op::Gemv(_) | Op::ExpertGemv(_) | Op::Gemm(_)) && (b.name == "xq" || b.name == "xd") {
+    if matches!(spec.op, Op::Gemv(_) | Op::ExpertGemv(_) | Op::Gemm(_) | Op::ExpertGemm(_))
+        && (b.name == "xq" || b.name == "xd")
+    {
         let floats = if b.name == "xq" { n } else { n * 16 };
         let x = random::random_floats(&mut ChaCha8Rng::seed_from_u64(0xac71), floats, 1.0);
         let (xq, xd) = crate::backend::cpu::quantize_q8(&x);
@@ -160,6 +164,25 @@ fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha
         let mut weights = vec![0f32; (strata_compiler::plan::MAX_WINDOW * used) as usize];
         crate::backend::cpu::moe_route(&logits, experts as usize, layout, &mut route, &mut weights);
         return Ok(route.iter().flat_map(|v| v.to_le_bytes()).collect());
+    }
+    // A grouped expert product's grouping: the test's tokens routed by random logits,
+    // experts 0 and 1 favoured (every token takes them where it takes two: more choices
+    // than a tile holds), the experts spread over the test's slots.
+    if let Op::ExpertGemm(ops::ExpertGemm { used, experts, .. }) = spec.op
+        && matches!(b.name.as_str(), "offsets" | "order" | "slot_of")
+    {
+        let mut routing = ChaCha8Rng::seed_from_u64(0x0e4f);
+        if b.name == "slot_of" {
+            return Ok((0..n).flat_map(|_| (routing.random_range(0..TEST_SLOTS) as i32).to_le_bytes()).collect());
+        }
+        let tokens = test_scalar(spec, "tokens");
+        let mut logits = random::random_floats(&mut routing, (tokens * experts) as usize, 1.0);
+        for row in logits.chunks_mut(experts as usize) {
+            row.iter_mut().take(2).for_each(|x| *x += 4.0);
+        }
+        let (_, offsets, order) = crate::backend::cpu::moe_group(&logits, experts as usize, used as usize);
+        let ints = if b.name == "offsets" { offsets } else { order };
+        return Ok(ints.iter().take(n).flat_map(|v| v.to_le_bytes()).collect());
     }
     // The merge's split counts: 1 to the most there are; its partial states
     // [max, sum, acc[head]] with positive sums, as attention writes them (a sum near zero

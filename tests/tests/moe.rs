@@ -1,5 +1,6 @@
-//! Mixture-of-experts packs (qwen3moe) on the CPU backend: the routing reference, the
-//! greedy output with every expert resident and with an expert cache holding 25% or 50%
+//! Mixture-of-experts packs (qwen3moe) on the CPU backend: the routing and grouping
+//! references, prompts in 16-token windows (float experts) and in chunks on the grouped
+//! expert GEMMs (int8 experts, resident), the greedy output with every expert resident and with an expert cache holding 25% or 50%
 //! of them (either policy, with speculative verify windows, with QSA, on the int8 and the
 //! float expert paths), the cache's counters, and the refusal of budgets that cannot hold
 //! one layer's experts. The device check (`scripts/device/moe-check.sh`) compares the same
@@ -11,7 +12,7 @@ use strata_compiler::ops::RouteLayout;
 use strata_compiler::plan::{Int8Dot, MAX_WINDOW};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::Preset;
-use strata_runtime::backend::cpu::{moe_route, route_weights, top_experts};
+use strata_runtime::backend::cpu::{moe_group, moe_route, route_weights, top_experts};
 use strata_runtime::generate;
 use strata_runtime::model::{CacheSize, ExpertOptions, Policy, QsaConfig};
 use strata_runtime::sampler::{Sampler, SamplerConfig};
@@ -76,6 +77,32 @@ fn routing_takes_the_largest_logits_and_lists_the_union() {
     assert_eq!(route[4], 7, "entries past the union stay as they were");
 }
 
+/// A prompt chunk's grouping (the `moe_group` reference): each token's choices and
+/// weights as `moe_route` makes them, and every choice listed once, under its expert,
+/// tokens ascending.
+#[test]
+fn grouping_lists_each_experts_choices_by_token() {
+    let (experts, used, tokens) = (8usize, 3usize, 11usize);
+    let logits: Vec<f32> = (0..tokens * experts).map(|i| ((i * 37 + 11) % 23) as f32 * 0.25 - 2.0).collect();
+    let (weights, offsets, order) = moe_group(&logits, experts, used);
+    assert_eq!((offsets.len(), offsets[0], offsets[experts]), (experts + 1, 0, (tokens * used) as i32));
+    let mut seen = vec![false; tokens * used];
+    for e in 0..experts {
+        let list = &order[offsets[e] as usize..offsets[e + 1] as usize];
+        assert!(list.windows(2).all(|w| w[0] < w[1]), "expert {e}: {list:?} ascending");
+        for &c in list {
+            let (t, j) = (c as usize / used, c as usize % used);
+            assert_eq!(top_experts(&logits[t * experts..(t + 1) * experts], used)[j], e, "choice {c}");
+            assert!(!std::mem::replace(&mut seen[c as usize], true), "choice {c} listed twice");
+        }
+    }
+    assert!(seen.iter().all(|&s| s), "every choice is listed");
+    for t in 0..tokens {
+        let row = &logits[t * experts..(t + 1) * experts];
+        assert_eq!(weights[t * used..(t + 1) * used], route_weights(row, &top_experts(row, used))[..]);
+    }
+}
+
 #[test]
 fn greedy_output_is_the_same_with_every_expert_resident_and_with_a_cache() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -136,28 +163,59 @@ fn a_budget_below_one_layers_experts_is_refused_with_sizes() {
     assert!("512".parse::<CacheSize>() == Ok(CacheSize::Mib(512)) && "lots".parse::<CacheSize>().is_err());
 }
 
-/// A mixture of experts compiled with verify windows of 4 also has the prompt window
-/// (16): a prompt is read in 16-token passes and its last tokens in verify windows, and
-/// its last logits equal those of one window pass a token (the CPU backend running the
-/// compiled kernels' records). A `--prefill` narrower than the prompt window, or one it
-/// has no kernels for, keeps the verify windows.
-#[test]
-fn prompts_are_read_in_the_prompt_window_then_verify_windows() {
+/// A pack's compiled kernels (sm_90, `--spec 4`, int8 as `int8` says) on the CPU
+/// backend: the model with verify windows up to `window` and prompt chunks of `prefill`.
+fn compiled_model(
+    path: &Path,
+    int8: Int8Dot,
+) -> (Vec<strata_compiler::plan::KernelRecord>, impl Fn(u32, u32) -> strata_runtime::model::Model) {
     use strata_compiler::model::ModelDesc;
     use strata_compiler::pack::Pack;
     use strata_compiler::plan::{self, Options};
     use strata_compiler::target::Target;
     use strata_runtime::backend::cpu::Cpu;
     use strata_runtime::kernels::Kernels;
-    use strata_runtime::model::{Logits, Model};
+    use strata_runtime::model::Model;
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = write_pack(dir.path(), "moe.gguf", &[GgmlType::IQ2_XS, GgmlType::Q4_K]);
-    let pack = Pack::open(&path).expect("opens");
+    let pack = Pack::open(path).expect("opens");
     let desc = ModelDesc::from_pack(&pack).expect("a model");
     let target = Target::load("sm_90").expect("known");
-    let compiled =
-        plan::plan(&desc, &pack, &target, &Options { verify_window: 4, ..Options::default() }).expect("plans").kernels;
+    let options = Options { verify_window: 4, int8, ..Options::default() };
+    let compiled = plan::plan(&desc, &pack, &target, &options).expect("plans").kernels;
+    let kernels = compiled.clone();
+    let load = move |window: u32, prefill: u32| {
+        let kernels = Kernels::compiled(kernels.iter().cloned());
+        let experts = ExpertOptions::default();
+        Model::load(&pack, Box::new(Cpu::new()), kernels, 96, window, prefill, 1, &experts, &mut |_, _| {})
+            .expect("loads")
+    };
+    (compiled, load)
+}
+
+/// The last logits after reading `prompt` in the model's prompt passes.
+fn last_logits(model: &mut strata_runtime::model::Model, prompt: &[u32]) -> Vec<f32> {
+    use strata_runtime::model::Logits;
+    for pass in model.prompt_passes(prompt.len()) {
+        let logits = if pass.end == prompt.len() { Logits::Last } else { Logits::None };
+        model.forward(&prompt[pass], logits).expect("reads the prompt");
+    }
+    model.logits(1).expect("logits")
+}
+
+fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
+}
+
+/// Experts on the float path (no grouped GEMM) get a prompt window beside the verify
+/// windows (16): a prompt is read in 16-token passes and its last tokens in verify
+/// windows, and its last logits equal those of one window pass a token (the CPU backend
+/// running the compiled kernels' records). A `--prefill` narrower than the prompt
+/// window, or one it has no kernels for, keeps the verify windows.
+#[test]
+fn prompts_are_read_in_the_prompt_window_then_verify_windows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_pack(dir.path(), "moe.gguf", &[GgmlType::IQ2_XS, GgmlType::Q4_K]);
+    let (compiled, load) = compiled_model(&path, Int8Dot::Never);
     let windows: std::collections::BTreeSet<u32> = compiled
         .iter()
         .filter_map(|k| match k.op {
@@ -166,21 +224,8 @@ fn prompts_are_read_in_the_prompt_window_then_verify_windows() {
         })
         .collect();
     assert_eq!(windows.into_iter().collect::<Vec<_>>(), [1, 2, 3, 4, MAX_WINDOW]);
-    let load = |window: u32, prefill: u32| {
-        let kernels = Kernels::compiled(compiled.iter().cloned());
-        let experts = ExpertOptions::default();
-        Model::load(&pack, Box::new(Cpu::new()), kernels, 96, window, prefill, 1, &experts, &mut |_, _| {})
-            .expect("loads")
-    };
+    assert!(!compiled.iter().any(|k| k.name.starts_with("expert_gemm")), "float experts have no grouped GEMM");
     let prompt: Vec<u32> = (0..37).map(|i| (i * 53 + 7) % 256).collect();
-    let last_logits = |model: &mut Model| {
-        for pass in model.prompt_passes(prompt.len()) {
-            let logits = if pass.end == prompt.len() { Logits::Last } else { Logits::None };
-            model.forward(&prompt[pass], logits).expect("reads the prompt");
-        }
-        model.logits(1).expect("logits")
-    };
-
     let mut wide = load(4, 512);
     assert_eq!((wide.window(), wide.chunk()), (4, MAX_WINDOW));
     assert_eq!(wide.prompt_passes(37), [0..16, 16..32, 32..36, 36..37]);
@@ -190,7 +235,34 @@ fn prompts_are_read_in_the_prompt_window_then_verify_windows() {
     }
     let mut one = load(1, 1);
     assert_eq!(one.prompt_passes(3), [0..1, 1..2, 2..3]);
-    let (a, b) = (last_logits(&mut wide), last_logits(&mut one));
-    let most = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let most = largest_difference(&last_logits(&mut wide, &prompt), &last_logits(&mut one, &prompt));
     assert!(most < 1e-3, "the prompt window's logits differ from single-token passes' by {most}");
+}
+
+/// Experts on the int8 path with resident pools read a prompt in chunks of `--prefill`
+/// tokens (up to MAX_EXPERT_CHUNK) on the grouped expert GEMMs (IQ2_XS gate·up rows of
+/// 74 bytes: staged at their own phase), whatever the chunk: the last logits of chunks of
+/// 512, 7 and 16 tokens equal those of one window pass a token.
+#[test]
+fn prompts_of_resident_int8_experts_take_the_grouped_expert_gemms() {
+    use strata_compiler::plan::rules::MAX_EXPERT_CHUNK;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_pack(dir.path(), "moe.gguf", &[GgmlType::IQ2_XS, GgmlType::Q4_K]);
+    let (compiled, load) = compiled_model(&path, Int8Dot::Auto);
+    for name in ["moe_group_8x2", "expert_gemm_iq2_xs_8x512x256_k2"] {
+        assert!(compiled.iter().any(|k| k.name == name), "{name} is planned");
+    }
+    let prompt: Vec<u32> = (0..37).map(|i| (i * 53 + 7) % 256).collect();
+    let mut one = load(1, 1);
+    let reference = last_logits(&mut one, &prompt);
+    let mut whole = load(4, 4096);
+    assert_eq!((whole.window(), whole.chunk()), (4, MAX_EXPERT_CHUNK));
+    assert_eq!(whole.prompt_passes(37), vec![std::ops::Range { start: 0, end: 37 }]);
+    let mut seven = load(4, 7);
+    assert_eq!(seven.prompt_passes(37), [0..7, 7..14, 14..21, 21..28, 28..35, 35..37]);
+    for (chunk, model) in [(512, &mut whole), (7, &mut seven), (16, &mut load(4, 16))] {
+        let most = largest_difference(&last_logits(model, &prompt), &reference);
+        assert!(most < 1e-3, "chunks of {chunk}: logits differ from single-token passes' by {most}");
+    }
 }

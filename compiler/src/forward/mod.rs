@@ -261,6 +261,22 @@ impl Forward {
         Some(ops::ExpertGemv { quant, rows, cols, window, used: x.used, experts: x.count, input }.into())
     }
 
+    /// A prompt chunk's routing, grouped by expert for [`Forward::expert_gemm`].
+    pub fn group(&self) -> Option<Op> {
+        self.experts.map(|x| ops::MoeGroup { experts: x.count, used: x.used }.into())
+    }
+
+    /// A prompt chunk's routed experts' products, grouped by expert: gate·up stacked
+    /// (reading each token's row) or down (reading each choice's).
+    pub fn expert_gemm(&self, quant: GgmlType, input: ExpertInput) -> Option<Op> {
+        let x = self.experts?;
+        let (rows, cols) = match input {
+            ExpertInput::Token => (2 * x.ffn, self.embd),
+            ExpertInput::Choice => (self.embd, x.ffn),
+        };
+        Some(ops::ExpertGemm { quant, rows, cols, used: x.used, experts: x.count, input }.into())
+    }
+
     /// The last MoE layer's weighted sum of its experts' outputs.
     pub fn moe_sum(&self) -> Option<Op> {
         self.experts.map(|x| ops::MoeSum { n: self.embd, used: x.used }.into())

@@ -48,6 +48,11 @@ pub enum Buf {
     Route,
     /// Each choice's routing weight.
     RouteWeights,
+    /// A prompt chunk's choices grouped by expert: each expert's first position in
+    /// [`Buf::ExpertOrder`] ([`crate::ops::MoeGroup`]).
+    ExpertOffsets,
+    /// The chunk's choices `t·used + j`, grouped by expert.
+    ExpertOrder,
     /// Each choice's gate·up.
     ExpertGateUp,
     /// Each choice's expert output.
@@ -464,6 +469,9 @@ impl Walk<'_, '_> {
         let normed = at(Buf::Normed);
         // The router reads the state as floats, so it does not disturb its quants.
         self.products(normed, t, &[(at(Buf::Layer(l, Weight::Router)), router, at(Buf::RouterLogits))], h_q8);
+        if self.gemm && self.grouped_experts(l, ffn, t, h_q8) {
+            return;
+        }
         let routing =
             [("logits", at(Buf::RouterLogits)), ("route", at(Buf::Route)), ("weights", at(Buf::RouteWeights))];
         self.launch(route, &routing, &[("tokens", Value::Count(t))]);
@@ -495,6 +503,45 @@ impl Walk<'_, '_> {
         }
         self.launch(self.f.silu_mul(int8_second), &args, &[("tokens", Value::Count(t * shape.used))]);
         product(self, second, int8_second, ExpertInput::Choice, at(Buf::Act), Buf::ExpertParts);
+    }
+}
+
+impl Walk<'_, '_> {
+    /// A prompt chunk's experts after the router: the choices grouped by expert, and
+    /// the experts' gate·up, SiLU·mul and down as grouped GEMMs (int8, resident pools: no
+    /// placement). False, launching nothing, where those kernels were not compiled (the
+    /// runtime then reads prompts in windows).
+    fn grouped_experts(&mut self, l: u32, ffn: FfnShape, t: u32, h_q8: bool) -> bool {
+        let (FfnShape::Experts { gate_up, down, .. }, Some(shape)) = (ffn, self.f.experts) else { return false };
+        let (Some(group), Some(first), Some(second)) = (
+            self.f.group(),
+            self.f.expert_gemm(gate_up, ExpertInput::Token),
+            self.f.expert_gemm(down, ExpertInput::Choice),
+        ) else {
+            return false;
+        };
+        if !(self.k.has(&group) && self.k.int8(&first) && self.k.int8(&second)) {
+            return false;
+        }
+        let (offsets, order) = (("offsets", at(Buf::ExpertOffsets)), ("order", at(Buf::ExpertOrder)));
+        let tokens = ("tokens", Value::Count(t));
+        let args = [("logits", at(Buf::RouterLogits)), ("weights", at(Buf::RouteWeights)), offsets, order];
+        self.launch(group, &args, &[tokens]);
+        let (xq, xd) = (("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales)));
+        if !h_q8 {
+            let quantize = self.f.quantize(self.f.embd);
+            self.launch(quantize, &[("x", at(Buf::Normed)), xq, xd], &[("rows", Value::Count(t))]);
+        }
+        let product = |walk: &mut Self, op: Op, input: ExpertInput, y: Buf| {
+            let args =
+                [("w", at(Buf::Pool(l, input))), ("slot_of", at(Buf::SlotOf(l))), offsets, order, xq, xd, ("y", at(y))];
+            walk.launch(op, &args, &[tokens, ("slots", Value::Slots)]);
+        };
+        product(self, first, ExpertInput::Token, Buf::ExpertGateUp);
+        let args = [("gate_up", at(Buf::ExpertGateUp)), ("y", at(Buf::Act)), xq, xd];
+        self.launch(self.f.silu_mul(true), &args, &[("tokens", Value::Count(t * shape.used))]);
+        product(self, second, ExpertInput::Choice, Buf::ExpertParts);
+        true
     }
 }
 

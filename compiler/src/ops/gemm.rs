@@ -145,114 +145,17 @@ impl KernelOp for Gemm {
 
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
         let Gemm { quant, rows, cols } = *self;
-        // The parts both paths share: (tile rows, tile tokens, step, raw super-step, waves,
-        // wave tile), and the input's buffers with their elements a token.
-        let (tiles, inputs) = match &k.tuning {
-            Tuning::Gemm(t) => {
-                let shared = Gemm::shared_bytes(quant, t);
-                if shared != k.launch.shared_bytes || !k.launch.dynamic_shared {
-                    c.shared(shared, "the weight and input tiles and the raw weights' stages (dynamic)".into());
-                }
-                if !(t.tile_k + t.pad).is_multiple_of(8) {
-                    let stride = t.tile_k + t.pad;
-                    c.fail(
-                        "the staged row stride",
-                        format!("{stride} halves"),
-                        "16-byte rows (a multiple of 8)".into(),
-                    );
-                }
-                if t.raw_stages < 2 {
-                    c.fail("the raw weights' stages", t.raw_stages.to_string(), "2 at least".into());
-                }
-                let wave = Gemm::wave_tile(k.launch.wave_size);
-                ((t.tile_rows, t.tile_tokens, t.tile_k, t.raw_k, t.waves, wave), vec![("x", cols)])
-            }
-            Tuning::GemmQ8(t) => {
-                let shared = Gemm::q8_shared_bytes(quant, t);
-                if shared != k.launch.shared_bytes || !k.launch.dynamic_shared {
-                    c.shared(
-                        shared,
-                        "the int8 tiles, their scales, the raw weights' stages and the grid (dynamic)".into(),
-                    );
-                }
-                let table = rules::lookup_table(quant).map_or(0, |(_, elem, len)| elem * len);
-                if t.table_bytes != table {
-                    c.fail("the staged lookup grid", format!("{} bytes", t.table_bytes), format!("{table} bytes"));
-                }
-                if !t.pad.is_multiple_of(16) || !t.tile_k.is_multiple_of(64) {
-                    c.fail(
-                        "the int8 tiles' rows",
-                        format!("{} features, {} bytes of padding", t.tile_k, t.pad),
-                        "whole 64-feature steps in 16-byte rows".into(),
-                    );
-                }
-                let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(1);
-                if !row_bytes.is_multiple_of(16) {
-                    c.fail("the row length", format!("{row_bytes} bytes"), "whole 16-byte pieces".into());
-                }
-                // A copy issued at step s is waited for at the end of step s + 1: the raw
-                // weights must be needed two steps later at the earliest, and the input
-                // ring must hold the tile multiplied, the one landed and the one in flight.
-                let ahead = (t.raw_stages.saturating_sub(1)) * (t.raw_k / t.tile_k.max(1));
-                if ahead < 2 || t.x_stages < 3 {
-                    c.fail(
-                        "the copies in flight",
-                        format!("raw weights {ahead} steps ahead, {} input stages", t.x_stages),
-                        "raw weights 2 steps ahead at least, 3 input stages".into(),
-                    );
-                }
-                if !t.wave_tokens.is_multiple_of(8) || t.wave_tokens == 0 || t.min_blocks == 0 {
-                    c.fail(
-                        "the wave tile and blocks an SM",
-                        format!("{} tokens a wave, {} blocks", t.wave_tokens, t.min_blocks),
-                        "whole 16x8 tiles, one block at least".into(),
-                    );
-                }
-                let wave = (Gemm::wave_tile(k.launch.wave_size).0, t.wave_tokens.max(8));
-                ((t.tile_rows, t.tile_tokens, t.tile_k, t.raw_k, t.waves, wave), vec![("xq", cols), ("xd", cols / 16)])
-            }
-            _ => {
-                c.tuning_missing("a GEMM needs its tiles");
-                return;
-            }
+        let Some(Tiles { rows: tile_rows, tokens: tile_tokens, blocks, inputs }) = check_tiles(k, c, quant, cols)
+        else {
+            return;
         };
-        let (tile_rows, tile_tokens, tile_k, raw_k, waves, (wave_rows, wave_tokens)) = tiles;
-        let whole_blocks = raw_k.is_multiple_of(tile_k.max(1))
-            && u64::from(raw_k).is_multiple_of(quant.block_len().max(1) as u64)
-            && cols.is_multiple_of(raw_k.max(1));
-        if !whole_blocks {
+        if ragged_rows(k, quant, cols) {
             c.fail(
-                "the raw weights' super-steps",
-                format!("{raw_k} features"),
-                format!("whole {} blocks, whole steps, dividing {cols} columns", quant.name()),
+                "rows staged at their own phase",
+                "yes".into(),
+                "a dense GEMM's rows are whole 16-byte pieces".into(),
             );
         }
-        for (what, n) in [("tile rows", tile_rows), ("tile tokens", tile_tokens)] {
-            if n == 0 || !n.is_multiple_of(16) {
-                c.fail(what, n.to_string(), "tiles are whole 16x16 matrix-unit tiles".into());
-            }
-        }
-        if tile_k == 0 || !tile_k.is_multiple_of(32) || !cols.is_multiple_of(tile_k) {
-            c.fail(
-                "the features of a step",
-                tile_k.to_string(),
-                format!("whole 32-chunks dividing the {cols} columns"),
-            );
-        }
-        let tiled = tile_rows.is_multiple_of(wave_rows) && tile_tokens.is_multiple_of(wave_tokens);
-        let wanted = (tile_rows / wave_rows) * (tile_tokens / wave_tokens);
-        if !tiled || waves != wanted || k.launch.waves != wanted {
-            c.fail(
-                "waves per block",
-                format!("{waves} (launch {})", k.launch.waves),
-                format!("{tile_rows}x{tile_tokens} tiles in {wave_rows}x{wave_tokens} per wave"),
-            );
-        }
-        let blocks = match &k.tuning {
-            Tuning::GemmQ8(t) => t.blocks,
-            Tuning::Gemm(t) => t.blocks,
-            _ => 0,
-        };
         match blocks {
             1.. => check_stream_k(k, blocks, tile_rows, tile_tokens, c),
             0 => {
@@ -269,17 +172,7 @@ impl KernelOp for Gemm {
                 }
             }
         }
-        for (name, per_row) in inputs.into_iter().chain([("y", rows)]) {
-            let extent = k.buffers.iter().find(|b| b.name == name).map(|b| &b.extent);
-            let ok = matches!(extent, Some(Extent::PerArg { arg, per_row: n }) if arg == "tokens" && *n == u64::from(per_row));
-            if !ok {
-                c.fail(
-                    &format!("the extent of {name}"),
-                    format!("{extent:?}"),
-                    format!("{per_row} elements per token"),
-                );
-            }
-        }
+        check_extents(k, c, inputs.into_iter().chain([("y", rows)]));
         let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(u64::MAX);
         c.extents.push(("w", u64::from(rows).saturating_mul(row_bytes)));
     }
@@ -338,6 +231,139 @@ impl KernelOp for Gemm {
     }
 }
 
+/// What [`check_tiles`] found of a GEMM's tuning.
+pub(super) struct Tiles {
+    /// Tile rows and tokens.
+    pub rows: u32,
+    pub tokens: u32,
+    /// Stream-K blocks (0: a block a tile).
+    pub blocks: u32,
+    /// The input buffers with their elements a column.
+    pub inputs: Vec<(&'static str, u32)>,
+}
+
+/// The checks of a GEMM's tuning both GEMM ops share (tiles, stages, shared memory,
+/// waves).
+pub(super) fn check_tiles(k: &KernelRecord, c: &mut Checker, quant: GgmlType, cols: u32) -> Option<Tiles> {
+    let ragged = ragged_rows(k, quant, cols);
+    // The parts both paths share: (tile rows, tile tokens, step, raw super-step, waves,
+    // wave tile), and the input's buffers with their elements a token.
+    let (tiles, inputs) = match &k.tuning {
+        Tuning::Gemm(t) => {
+            let shared = Gemm::shared_bytes(quant, t);
+            if shared != k.launch.shared_bytes || !k.launch.dynamic_shared {
+                c.shared(shared, "the weight and input tiles and the raw weights' stages (dynamic)".into());
+            }
+            if !(t.tile_k + t.pad).is_multiple_of(8) {
+                let stride = t.tile_k + t.pad;
+                c.fail("the staged row stride", format!("{stride} halves"), "16-byte rows (a multiple of 8)".into());
+            }
+            if t.raw_stages < 2 {
+                c.fail("the raw weights' stages", t.raw_stages.to_string(), "2 at least".into());
+            }
+            let wave = Gemm::wave_tile(k.launch.wave_size);
+            ((t.tile_rows, t.tile_tokens, t.tile_k, t.raw_k, t.waves, wave), vec![("x", cols)])
+        }
+        Tuning::GemmQ8(t) => {
+            let shared = Gemm::q8_shared_bytes(quant, t);
+            if shared != k.launch.shared_bytes || !k.launch.dynamic_shared {
+                c.shared(shared, "the int8 tiles, their scales, the raw weights' stages and the grid (dynamic)".into());
+            }
+            let table = rules::lookup_table(quant).map_or(0, |(_, elem, len)| elem * len);
+            if t.table_bytes != table {
+                c.fail("the staged lookup grid", format!("{} bytes", t.table_bytes), format!("{table} bytes"));
+            }
+            if !t.pad.is_multiple_of(16) || !t.tile_k.is_multiple_of(64) {
+                c.fail(
+                    "the int8 tiles' rows",
+                    format!("{} features, {} bytes of padding", t.tile_k, t.pad),
+                    "whole 64-feature steps in 16-byte rows".into(),
+                );
+            }
+            let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(1);
+            if !(row_bytes.is_multiple_of(16) || ragged && row_bytes.is_multiple_of(2)) {
+                c.fail("the row length", format!("{row_bytes} bytes"), "whole 16-byte pieces".into());
+            }
+            // A copy issued at step s is waited for at the end of step s + 1: the raw
+            // weights must be needed two steps later at the earliest, and the input
+            // ring must hold the tile multiplied, the one landed and the one in flight.
+            let ahead = (t.raw_stages.saturating_sub(1)) * (t.raw_k / t.tile_k.max(1));
+            if ahead < 2 || t.x_stages < 3 {
+                c.fail(
+                    "the copies in flight",
+                    format!("raw weights {ahead} steps ahead, {} input stages", t.x_stages),
+                    "raw weights 2 steps ahead at least, 3 input stages".into(),
+                );
+            }
+            if !t.wave_tokens.is_multiple_of(8) || t.wave_tokens == 0 || t.min_blocks == 0 {
+                c.fail(
+                    "the wave tile and blocks an SM",
+                    format!("{} tokens a wave, {} blocks", t.wave_tokens, t.min_blocks),
+                    "whole 16x8 tiles, one block at least".into(),
+                );
+            }
+            let wave = (Gemm::wave_tile(k.launch.wave_size).0, t.wave_tokens.max(8));
+            ((t.tile_rows, t.tile_tokens, t.tile_k, t.raw_k, t.waves, wave), vec![("xq", cols), ("xd", cols / 16)])
+        }
+        _ => {
+            c.tuning_missing("a GEMM needs its tiles");
+            return None;
+        }
+    };
+    let (tile_rows, tile_tokens, tile_k, raw_k, waves, (wave_rows, wave_tokens)) = tiles;
+    let whole_blocks = raw_k.is_multiple_of(tile_k.max(1))
+        && u64::from(raw_k).is_multiple_of(quant.block_len().max(1) as u64)
+        && cols.is_multiple_of(raw_k.max(1));
+    if !whole_blocks {
+        c.fail(
+            "the raw weights' super-steps",
+            format!("{raw_k} features"),
+            format!("whole {} blocks, whole steps, dividing {cols} columns", quant.name()),
+        );
+    }
+    for (what, n) in [("tile rows", tile_rows), ("tile tokens", tile_tokens)] {
+        if n == 0 || !n.is_multiple_of(16) {
+            c.fail(what, n.to_string(), "tiles are whole 16x16 matrix-unit tiles".into());
+        }
+    }
+    if tile_k == 0 || !tile_k.is_multiple_of(32) || !cols.is_multiple_of(tile_k) {
+        c.fail("the features of a step", tile_k.to_string(), format!("whole 32-chunks dividing the {cols} columns"));
+    }
+    let tiled = tile_rows.is_multiple_of(wave_rows) && tile_tokens.is_multiple_of(wave_tokens);
+    let wanted = (tile_rows / wave_rows) * (tile_tokens / wave_tokens);
+    if !tiled || waves != wanted || k.launch.waves != wanted {
+        c.fail(
+            "waves per block",
+            format!("{waves} (launch {})", k.launch.waves),
+            format!("{tile_rows}x{tile_tokens} tiles in {wave_rows}x{wave_tokens} per wave"),
+        );
+    }
+    let blocks = match &k.tuning {
+        Tuning::GemmQ8(t) => t.blocks,
+        Tuning::Gemm(t) => t.blocks,
+        _ => 0,
+    };
+    Some(Tiles { rows: tile_rows, tokens: tile_tokens, blocks, inputs })
+}
+
+/// Whether an int8 GEMM's rows are not whole 16-byte pieces, so that the template stages
+/// each row's super-step from the 16-byte boundary below it and decodes it at its phase
+/// (the grouped expert GEMM's; a dense GEMM's rows are whole pieces).
+pub fn ragged_rows(k: &KernelRecord, quant: GgmlType, cols: u32) -> bool {
+    matches!(k.tuning, Tuning::GemmQ8(_)) && !quant.row_bytes(u64::from(cols)).unwrap_or(0).is_multiple_of(16)
+}
+
+/// Each of `buffers` holds its number of elements a token.
+pub(super) fn check_extents<'a>(k: &KernelRecord, c: &mut Checker, buffers: impl Iterator<Item = (&'a str, u32)>) {
+    for (name, per_row) in buffers {
+        let extent = k.buffers.iter().find(|b| b.name == name).map(|b| &b.extent);
+        let ok =
+            matches!(extent, Some(Extent::PerArg { arg, per_row: n }) if arg == "tokens" && *n == u64::from(per_row));
+        if !ok {
+            c.fail(&format!("the extent of {name}"), format!("{extent:?}"), format!("{per_row} elements per token"));
+        }
+    }
+}
 /// A stream-K GEMM's grid and workspace: `blocks` blocks along x (they walk every
 /// tile, whatever the rows and tokens), and the partial tiles and counts they need.
 fn check_stream_k(k: &KernelRecord, blocks: u32, tile_rows: u32, tile_tokens: u32, c: &mut Checker) {
@@ -378,7 +404,7 @@ pub fn q8_decoder_terms(quant: GgmlType) -> (bool, bool) {
 }
 
 /// The int8 template's context (see `templates/ops/gemm_q8.cu.hbs`).
-fn q8_context(k: &KernelRecord, quant: GgmlType, rows: u32, cols: u32, t: &GemmQ8Tuning) -> Value {
+pub(super) fn q8_context(k: &KernelRecord, quant: GgmlType, rows: u32, cols: u32, t: &GemmQ8Tuning) -> Value {
     let threads = k.launch.threads.max(1);
     let (wave_rows, wave_tokens) = (Gemm::wave_tile(k.launch.wave_size).0, t.wave_tokens.max(8));
     let chunks = t.tile_k / 32;
@@ -398,6 +424,7 @@ fn q8_context(k: &KernelRecord, quant: GgmlType, rows: u32, cols: u32, t: &GemmQ
         "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
         "tile_rows": t.tile_rows, "tile_tokens": t.tile_tokens, "tile_k": t.tile_k, "chunks": chunks,
         "stride": t.tile_k + t.pad, "steps": cols / t.tile_k.max(64), "chunks_per_row": cols / 32,
+        "x_rows": "tokens", "ragged_rows": ragged_rows(k, quant, cols),
     });
     let staging = json!({
         "raw_stages": t.raw_stages, "raw_steps": cols / t.raw_k.max(64), "per_raw": t.raw_k / t.tile_k.max(64),

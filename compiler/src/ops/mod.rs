@@ -12,9 +12,11 @@ pub mod attention;
 pub mod attention_merge;
 pub mod attention_prefill;
 pub mod embed;
+pub mod expert_gemm;
 pub mod expert_gemv;
 pub mod gemm;
 pub mod gemv;
+pub mod moe_group;
 pub mod moe_route;
 pub mod moe_sum;
 pub mod qsa_score;
@@ -35,9 +37,11 @@ pub use attention::Attention;
 pub use attention_merge::AttentionMerge;
 pub use attention_prefill::AttentionPrefill;
 pub use embed::Embed;
+pub use expert_gemm::ExpertGemm;
 pub use expert_gemv::{ExpertGemv, ExpertInput};
 pub use gemm::Gemm;
 pub use gemv::Gemv;
+pub use moe_group::MoeGroup;
 pub use moe_route::{MoeRoute, RouteLayout};
 pub use moe_sum::MoeSum;
 pub use qsa_score::QsaScore;
@@ -166,6 +170,10 @@ registry! {
     MoeRoute = "moe_route",
     /// The routed experts' products in one launch ([`expert_gemv`]).
     ExpertGemv = "expert_gemv",
+    /// A prompt chunk's routing, its choices grouped by expert ([`moe_group`]).
+    MoeGroup = "moe_group",
+    /// A prompt chunk's routed experts' products, grouped by expert ([`expert_gemm`]).
+    ExpertGemm = "expert_gemm",
     /// The experts' weighted sum ([`moe_sum`]).
     MoeSum = "moe_sum",
     /// Elementwise add, or a bias ([`add`]).

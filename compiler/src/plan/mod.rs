@@ -574,9 +574,10 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     }
     let windows = windows(model, options);
     let mut ops = Vec::new();
-    // Prompt chunks of a dense pack run on the matrix units (a mixture of experts reads
-    // its prompt in windows: its routing and expert products take at most MAX_WINDOW).
-    let prefill = options.prefill && model.experts.is_none();
+    // Prompt chunks run on the matrix units: a dense pack's, and a mixture of experts'
+    // where its experts' grouped GEMMs have the int8 path on the target (else it reads
+    // its prompt in windows: its routing and expert GEMVs take at most MAX_WINDOW).
+    let prefill = options.prefill && (model.experts.is_none() || grouped_experts(model, pack, target, options));
 
     // Matrix products: one GEMV per distinct (type, rows, cols), for every window, and
     // the GEMM of prompt chunks.
@@ -619,7 +620,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     }
     let forward = Forward::new(model, block);
     if let Some(experts) = model.experts {
-        ops.extend(expert_ops(model, pack, experts, &forward, &windows)?);
+        ops.extend(expert_ops(model, pack, experts, &forward, &windows, prefill)?);
         ops.push(forward.add_norm(false, true));
     }
 
@@ -656,7 +657,9 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         .iter()
         .filter_map(|k| match (&k.op, &k.tuning) {
             (Op::Gemv(ops::Gemv { cols, .. }) | Op::ExpertGemv(ops::ExpertGemv { cols, .. }), Tuning::GemvQ8(_))
-            | (Op::Gemm(ops::Gemm { cols, .. }), Tuning::GemmQ8(_)) => Some(*cols),
+            | (Op::Gemm(ops::Gemm { cols, .. }) | Op::ExpertGemm(ops::ExpertGemm { cols, .. }), Tuning::GemmQ8(_)) => {
+                Some(*cols)
+            }
             _ => None,
         })
         .collect();
@@ -699,14 +702,31 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     Ok(Plan { target: target.name.clone(), options: options.clone(), kernels })
 }
 
+/// Whether every layer's experts have the int8 grouped GEMM on `target`
+/// ([`rules::expert_gemm_q8`]), so that a mixture of experts' prompt chunks can run on
+/// the matrix units.
+fn grouped_experts(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) -> bool {
+    let Some(x) = model.experts else { return false };
+    (0..model.layers).all(|l| {
+        [("ffn_gate_exps", 2 * x.ffn, model.embd), ("ffn_down_exps", model.embd, x.ffn)].iter().all(
+            |&(n, rows, cols)| {
+                pack.tensor(&format!("blk.{l}.{n}.weight"))
+                    .is_some_and(|t| rules::expert_gemm_q8(target, options, t.ty, rows, cols).is_some())
+            },
+        )
+    })
+}
+
 /// A mixture-of-experts layer's kernels: the routing, the experts' stacked gate·up and
-/// down products for every window, and their weighted sum.
+/// down products for every window, and their weighted sum; with `prefill`, a prompt
+/// chunk's grouping and grouped products too.
 fn expert_ops(
     model: &ModelDesc,
     pack: &Pack,
     experts: crate::model::Experts,
     forward: &Forward,
     windows: &[u32],
+    prefill: bool,
 ) -> Result<Vec<Op>, PlanError> {
     let (count, used) = (experts.count, experts.used);
     if count > rules::MAX_EXPERTS || used == 0 || used > count || used > 32 {
@@ -719,6 +739,9 @@ fn expert_ops(
         });
     }
     let mut ops: Vec<Op> = forward.route().into_iter().chain(forward.moe_sum()).collect();
+    if prefill {
+        ops.extend(forward.group());
+    }
     for layer in 0..model.layers {
         let name = |n: &str| format!("blk.{layer}.{n}.weight");
         let [Some(gate), Some(up), Some(down)] =
@@ -737,6 +760,9 @@ fn expert_ops(
         }
         for (t, input) in [(gate, ExpertInput::Token), (down, ExpertInput::Choice)] {
             ops.extend(windows.iter().filter_map(|&window| forward.expert_product(t.ty, window, input)));
+            if prefill {
+                ops.extend(forward.expert_gemm(t.ty, input));
+            }
         }
     }
     Ok(ops)

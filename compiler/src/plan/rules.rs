@@ -92,6 +92,14 @@ pub const QSA_SELECT_THREADS: u32 = 512;
 pub const MAX_EXPERTS: u32 = 1024;
 /// Most slots of an expert pool (the host refuses more).
 pub const MAX_EXPERT_SLOTS: u32 = 1 << 24;
+/// Most tokens of a mixture of experts' prompt chunk on the grouped expert GEMMs:
+/// [`Op::MoeGroup`] keeps the chunk's choices in shared memory (2 bytes each, 32 KiB at
+/// 32 experts a token), and the GEMMs' grids cover this many tokens' tiles.
+pub const MAX_EXPERT_CHUNK: u32 = 512;
+/// Tiles of the grouped expert GEMM, (rows, tokens), and a wave's tokens: an expert
+/// takes `chunk · used / experts` of a chunk's tokens on average (32 for Qwen3-30B-A3B
+/// at 512), so its tiles are narrower than a dense GEMM's.
+pub const EXPERT_GEMM_TILE: ([u32; 2], u32) = ([128, 32], 16);
 
 /// Bins of one QSA selection radix pass (8 bits of the score's key at a time).
 pub const QSA_SELECT_BINS: u32 = 256;
@@ -252,6 +260,19 @@ pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> G
 /// unless `options.stream_k` is off. The count is the target's (`compute_units`): a
 /// smaller part of the same architecture runs the blocks in more than one wave.
 pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, cols: u32) -> Option<GemmQ8Tuning> {
+    q8_tiles(target, options, quant, rows, cols, false)
+}
+
+/// [`gemm_q8`]'s tiles; `ragged_rows` allows rows that are not whole 16-byte pieces
+/// (the template then stages each row at its own phase: `ops::gemm::ragged_rows`).
+fn q8_tiles(
+    target: &Target,
+    options: &Options,
+    quant: GgmlType,
+    rows: u32,
+    cols: u32,
+    ragged_rows: bool,
+) -> Option<GemmQ8Tuning> {
     let d = &target.device;
     let row_bytes = quant.row_bytes(u64::from(cols))?;
     let tile_k = options.gemm_k.unwrap_or(64);
@@ -265,7 +286,7 @@ pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, c
         && matrix_unit(target) == MatrixUnit::MmaSync
         && target.features.cp_async
         && INT8_DOT.contains(&quant)
-        && row_bytes.is_multiple_of(16)
+        && (ragged_rows || row_bytes.is_multiple_of(16))
         && tile_k.is_multiple_of(64)
         && cols.is_multiple_of(tile_k);
     if !usable {
@@ -309,6 +330,34 @@ pub fn gemm_q8(target: &Target, options: &Options, quant: GgmlType, rows: u32, c
             GemmQ8Tuning { min_blocks, blocks: stream_k_blocks(target, options, min_blocks), ..t.clone() }
         })
     })
+}
+
+/// The int8 tiles of [`Op::ExpertGemm`]: [`gemm_q8`]'s rule with [`EXPERT_GEMM_TILE`]
+/// (unless the options set tiles), the int8 path wherever it exists (as the expert
+/// GEMVs), rows of any even length (an expert's down rows are often 222 bytes, three
+/// IQ2_XS blocks) in matrices of whole 16-byte pieces (each slot's copies start
+/// aligned), and one block a tile (its tiles are found from the grouping at run time).
+pub fn expert_gemm_q8(
+    target: &Target,
+    options: &Options,
+    quant: GgmlType,
+    rows: u32,
+    cols: u32,
+) -> Option<GemmQ8Tuning> {
+    let (tile, wave_tokens) = EXPERT_GEMM_TILE;
+    let options = Options {
+        int8: options.int8.max_for_experts(),
+        gemm_tile: options.gemm_tile.or(Some(tile)),
+        gemm_wave_tokens: options.gemm_wave_tokens.or(Some(wave_tokens)),
+        stream_k: false,
+        ..options.clone()
+    };
+    let row_bytes = quant.row_bytes(u64::from(cols))?;
+    let whole = row_bytes.is_multiple_of(2) && (u64::from(rows) * row_bytes).is_multiple_of(16);
+    if !whole {
+        return None;
+    }
+    q8_tiles(target, &options, quant, rows, cols, true)
 }
 
 /// Eighths of a wave of tiles from which a chunk's last wave is taken whole rather than

@@ -67,7 +67,7 @@ impl Model {
                     layers: &self.shapes,
                     output: self.output.matrix(),
                     embedding: self.embed.ty,
-                    gemm: t > self.window && self.experts.is_none(),
+                    gemm: t > self.window && self.chunk_gemm,
                 };
                 let steps: Arc<[Step]> = self.ops.steps(&pass, &mut self.kernels).into();
                 self.passes.insert((t, logits, sparse_from), steps.clone());
@@ -136,6 +136,8 @@ impl Model {
             Buf::RouterLogits => (s.router, 0),
             Buf::Route => (s.route, 0),
             Buf::RouteWeights => (s.route_weights, 0),
+            Buf::ExpertOffsets => (s.expert_offsets, 0),
+            Buf::ExpertOrder => (s.expert_order, 0),
             Buf::ExpertGateUp => (s.expert_gate_up, 0),
             Buf::ExpertParts => (s.expert_parts, 0),
             Buf::Quants => (s.xq, 0),

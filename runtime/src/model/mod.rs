@@ -40,11 +40,11 @@ use scratch::Scratch;
 use upload::Uploader;
 use weights::{Layer, Weight, Weights};
 
-use strata_compiler::forward::{Forward, LayerShape, Step};
+use strata_compiler::forward::{Compiled, Forward, LayerShape, Step};
 use strata_compiler::model::ModelDesc;
 use strata_compiler::ops::ExpertInput;
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::MAX_WINDOW;
+use strata_compiler::plan::{MAX_WINDOW, rules};
 
 use crate::backend::{Backend, GraphId, RunError};
 use crate::kernels::Kernels;
@@ -65,6 +65,9 @@ pub struct Model {
     /// Tokens of a prompt chunk: on the matrix units where the prefill kernels exist
     /// and it is wider than `window`; else the widest window.
     chunk: u32,
+    /// Whether prompt chunks take the GEMMs (and a mixture of experts' the grouped
+    /// expert GEMMs), not GEMV windows.
+    chunk_gemm: bool,
     /// Per sequence slot, per layer: the KV cache.
     pub(crate) caches: Vec<Vec<Cache>>,
     /// KV positions per block of the key summaries (and of QSA's selection).
@@ -139,15 +142,28 @@ impl Model {
         let Weights { embed, output_norm, output, layers } = Weights::upload(&mut up, b, &kernels, &desc)?;
         let n_blocks = n_ctx.div_ceil(block) as usize;
         let ops = Forward::new(&desc, block);
-        // Prompt chunks: GEMM chunks of `prefill` tokens where the kernels have them; a
-        // mixture of experts reads its prompt in the widest window passes its kernels
-        // have, up to `prefill` tokens (and MAX_WINDOW, the most its routing takes).
-        // Heads too long for the prefill attention's tiles leave a chunk's attention to
-        // the split kernels: then its GEMMs say whether chunks were compiled.
+        // Prompt chunks: GEMM chunks of `prefill` tokens where the kernels have them (a
+        // mixture of experts' up to MAX_EXPERT_CHUNK, on its grouped expert GEMMs, once
+        // its experts prove resident). Else a mixture of experts reads its prompt in the
+        // widest window passes its kernels have, up to `prefill` tokens (and MAX_WINDOW,
+        // the most its routing takes). Heads too long for the prefill attention's tiles
+        // leave a chunk's attention to the split kernels: then its GEMMs say whether
+        // chunks were compiled.
         let chunk_compiled = match ops.attention_prefill(None) {
             Some(attention) => kernels.has(&attention),
             None => layers.first().is_some_and(|ly| kernels.has(&ops.gemm(ly.q.matrix()))),
         };
+        // Every layer's experts on the int8 grouped GEMMs (the plan compiles them only so).
+        let grouping = ops.group().is_some_and(|op| kernels.has(&op));
+        let mut int8_gemm = |l: u32, name: &str, input| {
+            let op = pack.tensor(&format!("blk.{l}.{name}.weight")).and_then(|t| ops.expert_gemm(t.ty, input));
+            op.is_some_and(|op| Compiled::int8(&mut kernels, &op))
+        };
+        let grouped = chunk_compiled
+            && grouping
+            && (0..desc.layers).all(|l| {
+                int8_gemm(l, "ffn_gate_exps", ExpertInput::Token) && int8_gemm(l, "ffn_down_exps", ExpertInput::Choice)
+            });
         let chunk = match desc.experts {
             None if chunk_compiled => prefill.max(1),
             None => window,
@@ -159,8 +175,10 @@ impl Model {
                 (window + 1..=prefill.min(MAX_WINDOW)).rev().find(|&w| has(w)).unwrap_or(window)
             }
         };
+        let grouped_chunk = prefill.clamp(1, rules::MAX_EXPERT_CHUNK);
         let widest = if desc.experts.is_some() { chunk } else { window };
-        let s = Scratch::alloc(b, &mut kernels, &desc, &ops, widest, chunk, n_ctx, n_blocks)?;
+        let scratch_chunk = if grouped { chunk.max(grouped_chunk) } else { chunk };
+        let s = Scratch::alloc(b, &mut kernels, &desc, &ops, widest, scratch_chunk, n_ctx, n_blocks)?;
         let (cache_bytes, summary_bytes) = Cache::sizes(&desc, n_ctx, n_blocks);
         let caches = Cache::alloc_slots(b, slots, desc.layers, cache_bytes, summary_bytes)?;
         let table = rope::table(n_ctx, &rope::Rope::of(&desc, rope::freq_factors(pack, &desc)?))?;
@@ -190,9 +208,15 @@ impl Model {
         // Routing takes up to MAX_WINDOW tokens a pass, and a small cache fewer: where it
         // cannot hold the prompt window's experts, prompts go in verify windows.
         let window = experts.as_ref().map_or(window, |x| window.min(x.max_window).min(MAX_WINDOW));
+        let resident = experts.as_ref().is_some_and(|x| !x.cached());
         let chunk = match &experts {
+            Some(_) if grouped && resident => grouped_chunk,
             Some(x) if chunk > x.max_window => window,
             _ => chunk,
+        };
+        let chunk_gemm = match desc.experts {
+            None => chunk_compiled,
+            Some(_) => grouped && resident,
         };
         let shapes = (0..layers.len())
             .map(|l| {
@@ -212,6 +236,7 @@ impl Model {
             n_ctx,
             window,
             chunk,
+            chunk_gemm,
             caches,
             block,
             ops,
@@ -296,7 +321,11 @@ impl Model {
         let mut at = 0;
         while at < n {
             let rest = n - at;
-            let take = if rest >= chunk || self.experts.is_none() { rest.min(chunk) } else { rest.min(window) };
+            let take = if rest >= chunk || self.chunk_gemm || self.experts.is_none() {
+                rest.min(chunk)
+            } else {
+                rest.min(window)
+            };
             passes.push(at..at + take);
             at += take;
         }

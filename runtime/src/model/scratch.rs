@@ -48,11 +48,14 @@ pub(crate) struct Scratch {
     pub(crate) scores: BufferId,
     pub(crate) list: BufferId,
     pub(crate) count: BufferId,
-    /// Mixture of experts: router logits, the routing ([`RouteLayout`]) and weights, each
-    /// choice's gate·up and down outputs.
+    /// Mixture of experts: router logits, the routing ([`RouteLayout`]) and weights, a
+    /// prompt chunk's choices grouped by expert (`moe_group`), each choice's gate·up and
+    /// down outputs.
     pub(super) router: BufferId,
     pub(super) route: BufferId,
     pub(super) route_weights: BufferId,
+    pub(super) expert_offsets: BufferId,
+    pub(super) expert_order: BufferId,
     pub(super) expert_gate_up: BufferId,
     pub(super) expert_parts: BufferId,
     /// The stream-K GEMMs' workspace (partial tiles, arrival counts), shared by all:
@@ -137,11 +140,13 @@ impl Scratch {
             scores: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize * n_blocks)?,
             list: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize * n_blocks)?,
             count: f32s(b, MAX_WINDOW as usize * desc.kv_heads as usize)?,
-            router: f32s(b, w * n_experts)?,
+            router: f32s(b, c * n_experts)?,
             route: f32s(b, route_len)?,
-            route_weights: f32s(b, MAX_WINDOW as usize * used)?,
-            expert_gate_up: f32s(b, w * used * 2 * effn)?,
-            expert_parts: f32s(b, w * used * e)?,
+            route_weights: f32s(b, c.max(MAX_WINDOW as usize) * used)?,
+            expert_offsets: f32s(b, n_experts + 1)?,
+            expert_order: f32s(b, c * used)?,
+            expert_gate_up: f32s(b, c * used * 2 * effn)?,
+            expert_parts: f32s(b, c * used * e)?,
             gemm_part: zeroed(b, part_bytes)?,
             gemm_flags: zeroed(b, flags_bytes)?,
         })

@@ -18,11 +18,13 @@ mod attention;
 mod attention_merge;
 mod attention_prefill;
 mod embed;
+mod expert_gemm;
 mod expert_gemv;
 mod gemm;
 mod gemv;
 mod io;
 mod memory;
+mod moe_group;
 mod moe_route;
 mod moe_sum;
 mod qsa_score;
@@ -40,6 +42,7 @@ use strata_compiler::ops::Op;
 use strata_compiler::plan::KernelRecord;
 
 pub use self::argmax::argmax;
+pub use self::moe_group::moe_group;
 pub use self::moe_route::{moe_route, route_weights, top_experts};
 pub use self::qsa_score::qsa_bound;
 pub use self::qsa_select::qsa_select;
@@ -99,6 +102,8 @@ impl Cpu {
             Op::SiluMul(op) => silu_mul::run(op, io)?,
             Op::MoeRoute(op) => moe_route::run(op, io)?,
             Op::ExpertGemv(op) => expert_gemv::run(op, io)?,
+            Op::MoeGroup(op) => moe_group::run(op, io)?,
+            Op::ExpertGemm(op) => expert_gemm::run(op, io)?,
             Op::MoeSum(op) => moe_sum::run(op, io)?,
             Op::Add(op) => add::run(op, io)?,
             Op::Embed(op) => embed::run(op, io)?,
