@@ -21,7 +21,10 @@ $sc synth --preset tiny-qwen3moe --type Q5_K,Q3_K,IQ4_XS --out "$dev/moe/moe-b.g
 for p in moe-a moe-b; do
     $sc --pack "$dev/moe/$p.gguf" --target sm_90 --out "$dev/moe/$p-sm_90" >/dev/null
     $sc --pack "$dev/moe/$p.gguf" --target gfx1100 --run-on sm_90 --out "$dev/moe/$p-gfx1100-on-sm_90" >/dev/null
-    # The CPU reference of every placement moe-check.sh runs (see its PLACEMENTS).
+    # The CPU reference's scores over the prompt (the top logits at every position), and
+    # its greedy text for every placement moe-check.sh runs (see its PLACEMENTS).
+    $run score --pack "$dev/moe/$p.gguf" --backend cpu --prompt "$MOE_PROMPT" --top-k 4 --json \
+        >"$dev/moe/$p-cpu-score.json" 2>/dev/null
     while read -r tag flags; do
         # shellcheck disable=SC2086
         $run generate --pack "$dev/moe/$p.gguf" --backend cpu --prompt "$MOE_PROMPT" --max-tokens 32 \

@@ -4,7 +4,12 @@
 # kernels rendered for sm_90; then greedy generation on CUDA with every expert resident,
 # with a cache holding 25% and 50% of them (LFU and LRU), and with --spec 4, each
 # compared with the CPU reference's text made here (identical tokens give identical
-# text). Prints a table last.
+# text); and the scores over the prompt (the top logits at every position) against the
+# CPU reference's (scripts/device/score_compare.py). With every expert resident, sm_90
+# reads the prompt in one chunk on the GEMMs (the experts' grouped and int8, exact to
+# the reference; the pack's small dense products on the f16 GEMM, within 0.08 of its
+# logits), so its greedy text may part from the CPU's at a near tie: the scores row is
+# that pass's check. Prints a table last.
 #
 # Here: scripts/prepare-moe-check.sh (after prepare-bench.sh or prepare-device.sh made
 # .device/bin). There: run carry=[".device/bin", ".device/moe"]
@@ -25,6 +30,9 @@ for p in moe-a moe-b; do
         else
             row "self-test $name" "FAIL: $(grep -v ' ok ' "${OUT:-/tmp}/selftest-$name.txt" | tail -1)"
         fi
+        $run score --pack "$dev/moe/$p.gguf" --artifacts "$art" --prompt "$MOE_PROMPT" --top-k 4 --json \
+            >/tmp/moe-score.json 2>/tmp/moe-err.txt
+        row "$name scores = CPU" "$(python3 scripts/device/score_compare.py /tmp/moe-score.json "$dev/moe/$p-cpu-score.json" 2>&1 | tail -1)"
         while read -r tag flags; do
             want=$dev/moe/$p-cpu-$tag.txt
             # shellcheck disable=SC2086

@@ -125,6 +125,30 @@ fn gemm_kernel_snapshots() {
     }
 }
 
+/// A mixture of experts' prompt chunk on sm_90: the grouping, and the grouped expert
+/// GEMM, down (each choice's own row) of IQ2_XS rows of 222 bytes, staged at their phase.
+/// AMD targets plan no grouped GEMM (no int8 GEMM there): the record has no tiles.
+#[test]
+fn expert_gemm_kernel_snapshot() {
+    let target = Target::load("sm_90").expect("known");
+    let down = ops::ExpertGemm {
+        quant: GgmlType::IQ2_XS,
+        rows: 2048,
+        cols: 768,
+        used: 8,
+        experts: 128,
+        input: ops::ExpertInput::Choice,
+    };
+    let ops: [Op; 2] = [ops::MoeGroup { experts: 128, used: 8 }.into(), down.into()];
+    let kernels = ops.into_iter().map(|op| rules::kernel(op, &target)).collect();
+    let plan = Plan { target: target.name.clone(), options: Options::default(), kernels };
+    let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
+    let text: String = module.kernels.iter().map(|k| format!("=== {} ===\n{}\n", k.name, k.text)).collect();
+    insta::assert_snapshot!("expert_gemm_kernels_sm_90", text);
+    let amd = rules::kernel(down.into(), &Target::load("gfx1100").expect("known"));
+    assert!(matches!(amd.tuning, Tuning::None {}), "{:?}", amd.tuning);
+}
+
 /// Every target's tiles: the matrix unit its vendor has, whole waves, dynamic shared
 /// memory within the opt-in limit, the largest tile whatever the matrix, and raw weights
 /// staged a super-step of whole blocks at a time, more of them where copies are
