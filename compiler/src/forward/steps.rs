@@ -504,9 +504,7 @@ impl Walk<'_, '_> {
         self.launch(self.f.silu_mul(int8_second), &args, &[("tokens", Value::Count(t * shape.used))]);
         product(self, second, int8_second, ExpertInput::Choice, at(Buf::Act), Buf::ExpertParts);
     }
-}
 
-impl Walk<'_, '_> {
     /// A prompt chunk's experts after the router: the choices grouped by expert, and
     /// the experts' gate·up, SiLU·mul and down as grouped GEMMs (int8, resident pools: no
     /// placement). False, launching nothing, where those kernels were not compiled (the
