@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use strata_compiler::ops::RouteLayout;
-use strata_compiler::plan::{Int8Dot, MAX_WINDOW};
+use strata_compiler::plan::{Int8Dot, MAX_WINDOW, Tuning};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::Preset;
 use strata_runtime::backend::cpu::{moe_group, moe_route, route_weights, top_experts};
@@ -164,10 +164,12 @@ fn a_budget_below_one_layers_experts_is_refused_with_sizes() {
 }
 
 /// A pack's compiled kernels (sm_90, `--spec 4`, int8 as `int8` says) on the CPU
-/// backend: the model with verify windows up to `window` and prompt chunks of `prefill`.
+/// backend: the model with verify windows up to `window` and prompt chunks of `prefill`,
+/// its experts placed as `cache` says.
 fn compiled_model(
     path: &Path,
     int8: Int8Dot,
+    cache: CacheSize,
 ) -> (Vec<strata_compiler::plan::KernelRecord>, impl Fn(u32, u32) -> strata_runtime::model::Model) {
     use strata_compiler::model::ModelDesc;
     use strata_compiler::pack::Pack;
@@ -185,7 +187,7 @@ fn compiled_model(
     let kernels = compiled.clone();
     let load = move |window: u32, prefill: u32| {
         let kernels = Kernels::compiled(kernels.iter().cloned());
-        let experts = ExpertOptions::default();
+        let experts = ExpertOptions { cache, ..ExpertOptions::default() };
         Model::load(&pack, Box::new(Cpu::new()), kernels, 96, window, prefill, 1, &experts, &mut |_, _| {})
             .expect("loads")
     };
@@ -206,16 +208,17 @@ fn largest_difference(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max)
 }
 
-/// Experts on the float path (no grouped GEMM) get a prompt window beside the verify
-/// windows (16): a prompt is read in 16-token passes and its last tokens in verify
-/// windows, and its last logits equal those of one window pass a token (the CPU backend
-/// running the compiled kernels' records). A `--prefill` narrower than the prompt
-/// window, or one it has no kernels for, keeps the verify windows.
+/// A mixture of experts also gets a prompt window beside the verify windows (16), which
+/// a cached placement reads prompts in (here half the experts cached: a 16-token
+/// window's 8 experts fit): 16-token passes and the last tokens in verify windows, whose
+/// last logits equal those of one window pass a token (the CPU backend running the
+/// compiled kernels' records). A `--prefill` narrower than the prompt window, or one it
+/// has no kernels for, keeps the verify windows.
 #[test]
 fn prompts_are_read_in_the_prompt_window_then_verify_windows() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = write_pack(dir.path(), "moe.gguf", &[GgmlType::IQ2_XS, GgmlType::Q4_K]);
-    let (compiled, load) = compiled_model(&path, Int8Dot::Never);
+    let (compiled, load) = compiled_model(&path, Int8Dot::Auto, CacheSize::Percent(50.0));
     let windows: std::collections::BTreeSet<u32> = compiled
         .iter()
         .filter_map(|k| match k.op {
@@ -224,7 +227,6 @@ fn prompts_are_read_in_the_prompt_window_then_verify_windows() {
         })
         .collect();
     assert_eq!(windows.into_iter().collect::<Vec<_>>(), [1, 2, 3, 4, MAX_WINDOW]);
-    assert!(!compiled.iter().any(|k| k.name.starts_with("expert_gemm")), "float experts have no grouped GEMM");
     let prompt: Vec<u32> = (0..37).map(|i| (i * 53 + 7) % 256).collect();
     let mut wide = load(4, 512);
     assert_eq!((wide.window(), wide.chunk()), (4, MAX_WINDOW));
@@ -239,30 +241,32 @@ fn prompts_are_read_in_the_prompt_window_then_verify_windows() {
     assert!(most < 1e-3, "the prompt window's logits differ from single-token passes' by {most}");
 }
 
-/// Experts on the int8 path with resident pools read a prompt in chunks of `--prefill`
-/// tokens (up to MAX_EXPERT_CHUNK) on the grouped expert GEMMs (IQ2_XS gate·up rows of
-/// 74 bytes: staged at their own phase), whatever the chunk: the last logits of chunks of
+/// Resident experts read a prompt in chunks of `--prefill` tokens (up to
+/// MAX_EXPERT_CHUNK) on the grouped expert GEMMs, int8 (IQ2_XS gate·up rows of 74 bytes:
+/// staged at their own phase) or f16, whatever the chunk: the last logits of chunks of
 /// 512, 7 and 16 tokens equal those of one window pass a token.
 #[test]
-fn prompts_of_resident_int8_experts_take_the_grouped_expert_gemms() {
+fn prompts_of_resident_experts_take_the_grouped_expert_gemms() {
     use strata_compiler::plan::rules::MAX_EXPERT_CHUNK;
 
     let dir = tempfile::tempdir().expect("tempdir");
     let path = write_pack(dir.path(), "moe.gguf", &[GgmlType::IQ2_XS, GgmlType::Q4_K]);
-    let (compiled, load) = compiled_model(&path, Int8Dot::Auto);
-    for name in ["moe_group_8x2", "expert_gemm_iq2_xs_8x512x256_k2"] {
-        assert!(compiled.iter().any(|k| k.name == name), "{name} is planned");
-    }
-    let prompt: Vec<u32> = (0..37).map(|i| (i * 53 + 7) % 256).collect();
-    let mut one = load(1, 1);
-    let reference = last_logits(&mut one, &prompt);
-    let mut whole = load(4, 4096);
-    assert_eq!((whole.window(), whole.chunk()), (4, MAX_EXPERT_CHUNK));
-    assert_eq!(whole.prompt_passes(37), vec![std::ops::Range { start: 0, end: 37 }]);
-    let mut seven = load(4, 7);
-    assert_eq!(seven.prompt_passes(37), [0..7, 7..14, 14..21, 21..28, 28..35, 35..37]);
-    for (chunk, model) in [(512, &mut whole), (7, &mut seven), (16, &mut load(4, 16))] {
-        let most = largest_difference(&last_logits(model, &prompt), &reference);
-        assert!(most < 1e-3, "chunks of {chunk}: logits differ from single-token passes' by {most}");
+    for int8 in [Int8Dot::Auto, Int8Dot::Never] {
+        let (compiled, load) = compiled_model(&path, int8, CacheSize::Auto);
+        let gemm = compiled.iter().find(|k| k.name == "expert_gemm_iq2_xs_8x512x256_k2").expect("planned");
+        assert_eq!(matches!(gemm.tuning, Tuning::GemmQ8(_)), int8 == Int8Dot::Auto, "{:?}", gemm.tuning);
+        assert!(compiled.iter().any(|k| k.name == "moe_group_8x2"), "the grouping is planned");
+        let prompt: Vec<u32> = (0..37).map(|i| (i * 53 + 7) % 256).collect();
+        let mut one = load(1, 1);
+        let reference = last_logits(&mut one, &prompt);
+        let mut whole = load(4, 4096);
+        assert_eq!((whole.window(), whole.chunk()), (4, MAX_EXPERT_CHUNK));
+        assert_eq!(whole.prompt_passes(37), vec![std::ops::Range { start: 0, end: 37 }]);
+        let mut seven = load(4, 7);
+        assert_eq!(seven.prompt_passes(37), [0..7, 7..14, 14..21, 21..28, 28..35, 35..37]);
+        for (chunk, model) in [(512, &mut whole), (7, &mut seven), (16, &mut load(4, 16))] {
+            let most = largest_difference(&last_logits(model, &prompt), &reference);
+            assert!(most < 1e-3, "{int8:?}, chunks of {chunk}: logits differ from single-token passes' by {most}");
+        }
     }
 }

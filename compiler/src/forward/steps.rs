@@ -506,7 +506,7 @@ impl Walk<'_, '_> {
     }
 
     /// A prompt chunk's experts after the router: the choices grouped by expert, and
-    /// the experts' gate·up, SiLU·mul and down as grouped GEMMs (int8, resident pools: no
+    /// the experts' gate·up, SiLU·mul and down as grouped GEMMs (resident pools: no
     /// placement). False, launching nothing, where those kernels were not compiled (the
     /// runtime then reads prompts in windows).
     fn grouped_experts(&mut self, l: u32, ffn: FfnShape, t: u32, h_q8: bool) -> bool {
@@ -518,27 +518,35 @@ impl Walk<'_, '_> {
         ) else {
             return false;
         };
-        if !(self.k.has(&group) && self.k.int8(&first) && self.k.int8(&second)) {
+        if !(self.k.has(&group) && self.k.has(&first) && self.k.has(&second)) {
             return false;
         }
         let (offsets, order) = (("offsets", at(Buf::ExpertOffsets)), ("order", at(Buf::ExpertOrder)));
         let tokens = ("tokens", Value::Count(t));
         let args = [("logits", at(Buf::RouterLogits)), ("weights", at(Buf::RouteWeights)), offsets, order];
         self.launch(group, &args, &[tokens]);
+        let (int8_first, int8_second) = (self.k.int8(&first), self.k.int8(&second));
         let (xq, xd) = (("xq", at(Buf::Quants)), ("xd", at(Buf::QuantScales)));
-        if !h_q8 {
+        if int8_first && !h_q8 {
             let quantize = self.f.quantize(self.f.embd);
             self.launch(quantize, &[("x", at(Buf::Normed)), xq, xd], &[("rows", Value::Count(t))]);
         }
-        let product = |walk: &mut Self, op: Op, input: ExpertInput, y: Buf| {
-            let args =
-                [("w", at(Buf::Pool(l, input))), ("slot_of", at(Buf::SlotOf(l))), offsets, order, xq, xd, ("y", at(y))];
+        let product = |walk: &mut Self, op: Op, int8: bool, input: ExpertInput, x: Buf, y: Buf| {
+            let mut args = vec![("w", at(Buf::Pool(l, input))), ("slot_of", at(Buf::SlotOf(l))), offsets, order];
+            match int8 {
+                true => args.extend([xq, xd]),
+                false => args.push(("x", at(x))),
+            }
+            args.push(("y", at(y)));
             walk.launch(op, &args, &[tokens, ("slots", Value::Slots)]);
         };
-        product(self, first, ExpertInput::Token, Buf::ExpertGateUp);
-        let args = [("gate_up", at(Buf::ExpertGateUp)), ("y", at(Buf::Act)), xq, xd];
-        self.launch(self.f.silu_mul(true), &args, &[("tokens", Value::Count(t * shape.used))]);
-        product(self, second, ExpertInput::Choice, Buf::ExpertParts);
+        product(self, first, int8_first, ExpertInput::Token, Buf::Normed, Buf::ExpertGateUp);
+        let mut args = vec![("gate_up", at(Buf::ExpertGateUp)), ("y", at(Buf::Act))];
+        if int8_second {
+            args.extend([xq, xd]);
+        }
+        self.launch(self.f.silu_mul(int8_second), &args, &[("tokens", Value::Count(t * shape.used))]);
+        product(self, second, int8_second, ExpertInput::Choice, Buf::Act, Buf::ExpertParts);
         true
     }
 }

@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::gemm::{Tiles, check_extents, check_tiles, q8_context};
-use super::{Checker, ExpertInput, KernelOp, Parts, buffer, fixed_len, launch, launch_dynamic, per, scalar, untuned};
+use super::gemm::{Tiles, check_extents, check_tiles, f16_context, q8_context};
+use super::{Checker, ExpertInput, Gemm, KernelOp, Parts, buffer, fixed_len, launch_dynamic, per, scalar};
 use crate::plan::rules::{self, MAX_EXPERT_CHUNK, MAX_EXPERT_SLOTS};
 use crate::plan::{Dim, Elem, KernelRecord, Options, Tuning};
 use crate::quant::GgmlType;
@@ -16,8 +16,9 @@ use crate::target::Target;
 /// `y[t·used + j]` = the product of token `t`'s `j`-th chosen expert's matrix (at slot
 /// `slot_of[expert]` of a pool) with its input row (the token's, or the choice's own),
 /// for a chunk of `tokens` tokens grouped by `moe_group`: `offsets[e]..offsets[e + 1]`
-/// are expert `e`'s positions in `order`, which holds the choices `t·used + j`. Only
-/// the int8 path ([`rules::expert_gemm_q8`]): the plan takes it where that exists.
+/// are expert `e`'s positions in `order`, which holds the choices `t·used + j`. The
+/// int8 path where the type and target have it ([`rules::expert_gemm_q8`]), else the
+/// f16 one ([`rules::expert_gemm`]).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ExpertGemm {
     /// Weight type.
@@ -38,6 +39,12 @@ impl ExpertGemm {
     /// Bytes of one expert's matrix in the pool.
     fn matrix_bytes(&self) -> u64 {
         u64::from(self.rows) * self.quant.row_bytes(u64::from(self.cols)).unwrap_or(0)
+    }
+
+    /// Whether a pool's matrices can take the grouped GEMM: each slot's copies start
+    /// 16-byte aligned.
+    pub fn fits(&self) -> bool {
+        self.matrix_bytes() > 0 && self.matrix_bytes().is_multiple_of(16)
     }
 
     /// Input rows a token: its own (gate·up), or one a choice (down).
@@ -70,28 +77,34 @@ impl KernelOp for ExpertGemm {
     fn record(&self, target: &Target, options: &Options) -> Parts {
         let ExpertGemm { quant, rows, cols, used, experts, .. } = *self;
         let per_token = self.inputs_per_token();
-        let buffers = vec![
+        let (tile_rows, tile_tokens, waves, shared, tuning) =
+            match rules::expert_gemm_q8(target, options, quant, rows, cols) {
+                Some(t) => (t.tile_rows, t.tile_tokens, t.waves, Gemm::q8_shared_bytes(quant, &t), Tuning::GemmQ8(t)),
+                None => {
+                    let t = rules::expert_gemm(target, options, quant, cols);
+                    (t.tile_rows, t.tile_tokens, t.waves, Gemm::shared_bytes(quant, &t), Tuning::Gemm(t))
+                }
+            };
+        let mut buffers = vec![
             buffer("w", Elem::U8, per("slots", self.matrix_bytes() as u32), false),
             buffer("slot_of", Elem::I32, fixed_len(experts), false),
             buffer("offsets", Elem::I32, fixed_len(experts + 1), false),
             buffer("order", Elem::I32, per("tokens", used), false),
-            buffer("xq", Elem::U8, per("tokens", per_token * cols), false),
-            buffer("xd", Elem::F32, per("tokens", per_token * cols / 16), false),
-            buffer("y", Elem::F32, per("tokens", used * rows), true),
         ];
-        let scalars = vec![scalar("tokens", MAX_EXPERT_CHUNK), scalar("slots", MAX_EXPERT_SLOTS)];
-        // Without an int8 path the record has no tuning: the check refuses it.
-        let Some(t) = rules::expert_gemm_q8(target, options, quant, rows, cols) else {
-            let grid = [Dim::Fixed(1), Dim::Fixed(1), Dim::Fixed(1)];
-            return untuned(launch(target, grid, target.device.wave_size, 0), buffers, scalars);
-        };
-        let grid = [Dim::Fixed(rows.div_ceil(t.tile_rows)), Dim::Fixed(self.max_tiles(t.tile_tokens)), Dim::Fixed(1)];
-        let shared = super::Gemm::q8_shared_bytes(quant, &t);
+        match tuning {
+            Tuning::GemmQ8(_) => buffers.extend([
+                buffer("xq", Elem::U8, per("tokens", per_token * cols), false),
+                buffer("xd", Elem::F32, per("tokens", per_token * cols / 16), false),
+            ]),
+            _ => buffers.push(buffer("x", Elem::F32, per("tokens", per_token * cols), false)),
+        }
+        buffers.push(buffer("y", Elem::F32, per("tokens", used * rows), true));
+        let grid = [Dim::Fixed(rows.div_ceil(tile_rows)), Dim::Fixed(self.max_tiles(tile_tokens)), Dim::Fixed(1)];
         Parts {
-            launch: launch_dynamic(target, grid, t.waves * target.device.wave_size, shared),
-            tuning: Tuning::GemmQ8(t),
+            launch: launch_dynamic(target, grid, waves * target.device.wave_size, shared),
+            tuning,
             buffers,
-            scalars,
+            scalars: vec![scalar("tokens", MAX_EXPERT_CHUNK), scalar("slots", MAX_EXPERT_SLOTS)],
         }
     }
 
@@ -104,15 +117,15 @@ impl KernelOp for ExpertGemm {
                 format!("1 to all of at most {} experts", rules::MAX_EXPERTS),
             );
         }
-        if !matches!(k.tuning, Tuning::GemmQ8(_)) {
-            c.tuning_missing("the experts' GEMM takes the int8 path only (the plan reads such chunks in windows)");
-            return;
-        }
-        let Some(Tiles { rows: tile_rows, tokens: tile_tokens, blocks, .. }) = check_tiles(k, c, quant, cols) else {
+        let Some(Tiles { rows: tile_rows, tokens: tile_tokens, blocks, inputs }) = check_tiles(k, c, quant, cols)
+        else {
             return;
         };
         if blocks != 0 {
             c.fail("stream-K blocks", blocks.to_string(), "none: a block a tile".into());
+        }
+        if !self.fits() {
+            c.fail("an expert's matrix", format!("{} bytes", self.matrix_bytes()), "whole 16-byte pieces".into());
         }
         if c.grid_x().saturating_mul(u64::from(tile_rows)) < u64::from(rows) {
             c.fail("rows covered by the grid", c.grid_x().to_string(), format!("the matrix has {rows}"));
@@ -123,8 +136,9 @@ impl KernelOp for ExpertGemm {
             c.fail("grid y", format!("{:?}", k.launch.grid[1]), want);
         }
         let per_token = self.inputs_per_token();
-        let buffers = [("xq", per_token * cols), ("xd", per_token * cols / 16), ("order", used), ("y", used * rows)];
-        check_extents(k, c, buffers.into_iter());
+        let buffers =
+            inputs.into_iter().map(|(name, n)| (name, n * per_token)).chain([("order", used), ("y", used * rows)]);
+        check_extents(k, c, buffers);
         c.extents.push(("slot_of", u64::from(experts)));
         c.extents.push(("offsets", u64::from(experts) + 1));
     }
@@ -137,22 +151,26 @@ impl KernelOp for ExpertGemm {
         2e-3
     }
 
-    fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
+    fn context(&self, k: &KernelRecord, target: &Target) -> Value {
         let ExpertGemm { quant, rows, cols, used, experts, input } = *self;
-        let Tuning::GemmQ8(t) = &k.tuning else { return json!({}) };
+        let own = match &k.tuning {
+            Tuning::GemmQ8(t) => q8_context(k, quant, rows, cols, t),
+            Tuning::Gemm(t) => f16_context(k, target, quant, rows, cols, t),
+            _ => return json!({}),
+        };
         let grouped = json!({
             "grouped": true, "experts": experts, "used": used, "choice_input": input == ExpertInput::Choice,
             "matrix_bytes": self.matrix_bytes(), "w_len": self.matrix_bytes(),
             "x_rows": if input == ExpertInput::Choice { format!("tokens * {used}u") } else { "tokens".into() },
         });
-        super::merge(q8_context(k, quant, rows, cols, t), grouped)
+        super::merge(own, grouped)
     }
 
     fn uses_matrix_unit(&self) -> bool {
         true
     }
 
-    fn template(&self, _k: &KernelRecord) -> Option<&'static str> {
-        Some("gemm_q8")
+    fn template(&self, k: &KernelRecord) -> Option<&'static str> {
+        Some(if matches!(k.tuning, Tuning::GemmQ8(_)) { "gemm_q8" } else { "gemm" })
     }
 }

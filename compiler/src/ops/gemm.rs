@@ -192,34 +192,7 @@ impl KernelOp for Gemm {
             return q8_context(k, quant, rows, cols, t);
         }
         let Tuning::Gemm(t) = &k.tuning else { return json!({}) };
-        let threads = k.launch.threads.max(1);
-        let (wave_rows, wave_tokens) = Gemm::wave_tile(k.launch.wave_size);
-        let w_tasks = t.tile_rows * (t.tile_k / 32);
-        let x_vectors = t.tile_tokens * (t.tile_k / 4);
-        let raw_slot = Gemm::raw_slot(quant, t.raw_k);
-        let raw_tasks = t.tile_rows * (raw_slot / 16);
-        let context = json!({
-            "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(), "unit": t.unit.name(),
-            "rows": rows, "cols": cols, "row_bytes": quant.row_bytes(u64::from(cols)).unwrap_or(0),
-            "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
-            "tile_rows": t.tile_rows, "tile_tokens": t.tile_tokens, "tile_k": t.tile_k,
-            "stride": t.tile_k + t.pad, "w_len": fixed(k, "w"), "steps": cols / t.tile_k.max(32),
-            "raw_stages": t.raw_stages, "raw_steps": cols / t.raw_k.max(32), "per_raw": t.raw_k / t.tile_k.max(32),
-            "raw_span": u64::from(t.raw_k) / quant.block_len().max(1) as u64 * quant.block_bytes() as u64,
-            "raw_slot": raw_slot, "raw_pieces": raw_slot / 16, "raw_tasks": raw_tasks,
-            "raw_per_thread": raw_tasks.div_ceil(threads), "raw_ragged": !raw_tasks.is_multiple_of(threads),
-            // Background copies all issue at once; copies that are loads and stores two at a
-            // time, so that their registers stay few.
-            "raw_unroll": if target.features.cp_async { raw_tasks.div_ceil(threads) } else { 2 },
-            "chunks_per_step": t.tile_k / 32,
-            "wave_rows": wave_rows, "wave_tokens": wave_tokens, "waves_t": (t.tile_tokens / wave_tokens).max(1),
-            "wm": wave_rows / 16, "wn": wave_tokens / 16, "k16": t.tile_k / 16, "chunk_vectors": t.tile_k / 4,
-            "w_tasks": w_tasks, "w_per_thread": w_tasks.div_ceil(threads), "w_ragged": !w_tasks.is_multiple_of(threads),
-            "x_per_thread": x_vectors.div_ceil(threads), "x_vectors": x_vectors,
-            "x_ragged": !x_vectors.is_multiple_of(threads),
-        });
-        let acc = wave_rows / 16 * (wave_tokens / 16) * (256 / k.launch.wave_size.max(1));
-        super::merge(context, stream_k_context(k, rows, (t.blocks, t.tile_rows), Gemm::word_at(quant, t), acc))
+        f16_context(k, target, quant, rows, cols, t)
     }
 
     fn uses_matrix_unit(&self) -> bool {
@@ -229,6 +202,45 @@ impl KernelOp for Gemm {
     fn template(&self, k: &KernelRecord) -> Option<&'static str> {
         matches!(k.tuning, Tuning::GemmQ8(_)).then_some("gemm_q8")
     }
+}
+
+/// The f16 GEMM template's context (`templates/ops/gemm.cu.hbs`), both GEMM ops'.
+pub(super) fn f16_context(
+    k: &KernelRecord,
+    target: &Target,
+    quant: GgmlType,
+    rows: u32,
+    cols: u32,
+    t: &GemmTuning,
+) -> Value {
+    let threads = k.launch.threads.max(1);
+    let (wave_rows, wave_tokens) = Gemm::wave_tile(k.launch.wave_size);
+    let w_tasks = t.tile_rows * (t.tile_k / 32);
+    let x_vectors = t.tile_tokens * (t.tile_k / 4);
+    let raw_slot = Gemm::raw_slot(quant, t.raw_k);
+    let raw_tasks = t.tile_rows * (raw_slot / 16);
+    let context = json!({
+        "quant": quant.name().to_ascii_lowercase(), "quant_name": quant.name(), "unit": t.unit.name(),
+        "rows": rows, "cols": cols, "row_bytes": quant.row_bytes(u64::from(cols)).unwrap_or(0),
+        "block_len": quant.block_len(), "block_bytes": quant.block_bytes(),
+        "tile_rows": t.tile_rows, "tile_tokens": t.tile_tokens, "tile_k": t.tile_k,
+        "stride": t.tile_k + t.pad, "w_len": fixed(k, "w"), "steps": cols / t.tile_k.max(32),
+        "raw_stages": t.raw_stages, "raw_steps": cols / t.raw_k.max(32), "per_raw": t.raw_k / t.tile_k.max(32),
+        "raw_span": u64::from(t.raw_k) / quant.block_len().max(1) as u64 * quant.block_bytes() as u64,
+        "raw_slot": raw_slot, "raw_pieces": raw_slot / 16, "raw_tasks": raw_tasks,
+        "raw_per_thread": raw_tasks.div_ceil(threads), "raw_ragged": !raw_tasks.is_multiple_of(threads),
+        // Background copies all issue at once; copies that are loads and stores two at a
+        // time, so that their registers stay few.
+        "raw_unroll": if target.features.cp_async { raw_tasks.div_ceil(threads) } else { 2 },
+        "chunks_per_step": t.tile_k / 32,
+        "wave_rows": wave_rows, "wave_tokens": wave_tokens, "waves_t": (t.tile_tokens / wave_tokens).max(1),
+        "wm": wave_rows / 16, "wn": wave_tokens / 16, "k16": t.tile_k / 16, "chunk_vectors": t.tile_k / 4,
+        "w_tasks": w_tasks, "w_per_thread": w_tasks.div_ceil(threads), "w_ragged": !w_tasks.is_multiple_of(threads),
+        "x_per_thread": x_vectors.div_ceil(threads), "x_vectors": x_vectors,
+        "x_ragged": !x_vectors.is_multiple_of(threads), "x_rows": "tokens",
+    });
+    let acc = wave_rows / 16 * (wave_tokens / 16) * (256 / k.launch.wave_size.max(1));
+    super::merge(context, stream_k_context(k, rows, (t.blocks, t.tile_rows), Gemm::word_at(quant, t), acc))
 }
 
 /// What [`check_tiles`] found of a GEMM's tuning.

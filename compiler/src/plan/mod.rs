@@ -575,9 +575,11 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     let windows = windows(model, options);
     let mut ops = Vec::new();
     // Prompt chunks run on the matrix units: a dense pack's, and a mixture of experts'
-    // where its experts' grouped GEMMs have the int8 path on the target (else it reads
-    // its prompt in windows: its routing and expert GEMVs take at most MAX_WINDOW).
-    let prefill = options.prefill && (model.experts.is_none() || grouped_experts(model, pack, target, options));
+    // where its pools take the grouped expert GEMMs (else it reads its prompt in windows:
+    // its routing and expert GEMVs take at most MAX_WINDOW).
+    let block = options.qsa_block.unwrap_or_else(|| rules::qsa_block(target));
+    let forward = Forward::new(model, block);
+    let prefill = options.prefill && (model.experts.is_none() || grouped_experts(model, pack, &forward));
 
     // Matrix products: one GEMV per distinct (type, rows, cols), for every window, and
     // the GEMM of prompt chunks.
@@ -614,11 +616,9 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         }
     }
 
-    let block = options.qsa_block.unwrap_or_else(|| rules::qsa_block(target));
     if !(1..=rules::MAX_QSA_BLOCK).contains(&block) {
         return Err(PlanError::QsaBlock(block));
     }
-    let forward = Forward::new(model, block);
     if let Some(experts) = model.experts {
         ops.extend(expert_ops(model, pack, experts, &forward, &windows, prefill)?);
         ops.push(forward.add_norm(false, true));
@@ -702,18 +702,15 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     Ok(Plan { target: target.name.clone(), options: options.clone(), kernels })
 }
 
-/// Whether every layer's experts have the int8 grouped GEMM on `target`
-/// ([`rules::expert_gemm_q8`]), so that a mixture of experts' prompt chunks can run on
-/// the matrix units.
-fn grouped_experts(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) -> bool {
-    let Some(x) = model.experts else { return false };
+/// Whether every layer's expert pools can take the grouped expert GEMMs
+/// ([`ops::ExpertGemm::fits`]), so that a mixture of experts' prompt chunks run on the
+/// matrix units.
+fn grouped_experts(model: &ModelDesc, pack: &Pack, forward: &Forward) -> bool {
     (0..model.layers).all(|l| {
-        [("ffn_gate_exps", 2 * x.ffn, model.embd), ("ffn_down_exps", model.embd, x.ffn)].iter().all(
-            |&(n, rows, cols)| {
-                pack.tensor(&format!("blk.{l}.{n}.weight"))
-                    .is_some_and(|t| rules::expert_gemm_q8(target, options, t.ty, rows, cols).is_some())
-            },
-        )
+        [("ffn_gate_exps", ExpertInput::Token), ("ffn_down_exps", ExpertInput::Choice)].iter().all(|&(n, input)| {
+            let op = pack.tensor(&format!("blk.{l}.{n}.weight")).and_then(|t| forward.expert_gemm(t.ty, input));
+            matches!(op, Some(Op::ExpertGemm(g)) if g.fits())
+        })
     })
 }
 

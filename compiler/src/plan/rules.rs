@@ -360,6 +360,23 @@ pub fn expert_gemm_q8(
     q8_tiles(target, &options, quant, rows, cols, true)
 }
 
+/// The f16 tiles of [`Op::ExpertGemm`] where the int8 path is not taken
+/// ([`expert_gemm_q8`]: AMD, types without an int8 decoder, `--int8 never`): [`gemm`]'s
+/// rule with tiles of 128 (or, where those do not fit the shared memory, 64) rows by a
+/// wave's width of choices (unless the options set tiles), one block a tile. Its
+/// staging takes rows at any phase.
+pub fn expert_gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> GemmTuning {
+    let wave = target.device.wave_size;
+    let tiles = match options.gemm_tile {
+        Some(tile) => vec![tile],
+        None => vec![[EXPERT_GEMM_TILE.0[0], wave], [64, wave]],
+    };
+    let with = |tile| gemm(target, &Options { gemm_tile: Some(tile), stream_k: false, ..options.clone() }, quant, cols);
+    let fits = |t: &GemmTuning| crate::ops::Gemm::shared_bytes(quant, t) <= target.device.shared_limit(true);
+    let last = with(tiles[tiles.len() - 1]);
+    tiles.into_iter().map(with).find(fits).unwrap_or(last)
+}
+
 /// Eighths of a wave of tiles from which a chunk's last wave is taken whole rather than
 /// split stream-K (the tiles of a 4096-row matrix at 512 tokens, 128 for 132 SMs).
 pub const STREAM_K_WHOLE_EIGHTHS: u32 = 7;

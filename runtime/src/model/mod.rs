@@ -40,11 +40,11 @@ use scratch::Scratch;
 use upload::Uploader;
 use weights::{Layer, Weight, Weights};
 
-use strata_compiler::forward::{Compiled, Forward, LayerShape, Step};
+use strata_compiler::forward::{Forward, LayerShape, Step};
 use strata_compiler::model::ModelDesc;
 use strata_compiler::ops::ExpertInput;
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{MAX_WINDOW, rules};
+use strata_compiler::plan::{MAX_WINDOW, Tuning, rules};
 
 use crate::backend::{Backend, GraphId, RunError};
 use crate::kernels::Kernels;
@@ -153,16 +153,18 @@ impl Model {
             Some(attention) => kernels.has(&attention),
             None => layers.first().is_some_and(|ly| kernels.has(&ops.gemm(ly.q.matrix()))),
         };
-        // Every layer's experts on the int8 grouped GEMMs (the plan compiles them only so).
+        // Every layer's experts on the grouped GEMMs, where they were compiled.
         let grouping = ops.group().is_some_and(|op| kernels.has(&op));
-        let mut int8_gemm = |l: u32, name: &str, input| {
+        let mut grouped_gemm = |l: u32, name: &str, input| {
             let op = pack.tensor(&format!("blk.{l}.{name}.weight")).and_then(|t| ops.expert_gemm(t.ty, input));
-            op.is_some_and(|op| Compiled::int8(&mut kernels, &op))
+            op.and_then(|op| kernels.get(&op).ok())
+                .is_some_and(|k| matches!(k.tuning, Tuning::Gemm(_) | Tuning::GemmQ8(_)))
         };
         let grouped = chunk_compiled
             && grouping
             && (0..desc.layers).all(|l| {
-                int8_gemm(l, "ffn_gate_exps", ExpertInput::Token) && int8_gemm(l, "ffn_down_exps", ExpertInput::Choice)
+                grouped_gemm(l, "ffn_gate_exps", ExpertInput::Token)
+                    && grouped_gemm(l, "ffn_down_exps", ExpertInput::Choice)
             });
         let chunk = match desc.experts {
             None if chunk_compiled => prefill.max(1),
