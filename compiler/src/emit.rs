@@ -86,6 +86,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("ops/silu_mul", include_str!("../../templates/ops/silu_mul.cu.hbs")),
     ("ops/moe_route", include_str!("../../templates/ops/moe_route.cu.hbs")),
     ("ops/moe_group", include_str!("../../templates/ops/moe_group.cu.hbs")),
+    ("ops/route_choice", include_str!("../../templates/ops/route_choice.cu.hbs")),
     ("ops/moe_sum", include_str!("../../templates/ops/moe_sum.cu.hbs")),
     ("ops/add", include_str!("../../templates/ops/add.cu.hbs")),
     ("ops/embed", include_str!("../../templates/ops/embed.cu.hbs")),

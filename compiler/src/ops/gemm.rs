@@ -376,6 +376,7 @@ pub(super) fn check_extents<'a>(k: &KernelRecord, c: &mut Checker, buffers: impl
         }
     }
 }
+
 /// A stream-K GEMM's grid and workspace: `blocks` blocks along x (they walk every
 /// tile, whatever the rows and tokens), and the partial tiles and counts they need.
 fn check_stream_k(k: &KernelRecord, blocks: u32, tile_rows: u32, tile_tokens: u32, c: &mut Checker) {
