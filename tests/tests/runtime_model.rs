@@ -79,13 +79,22 @@ fn int8_products_quantize_each_input_once_and_stay_close_to_float() {
 
     // With windows: every per-tensor product shape at windows 1 to 16, window 1 first,
     // each window reading the weights once and its own columns.
-    let report = s.model.bench_kernels_with(1, true).expect("benchmarks windows");
+    let report = s.model.bench_kernels_with(1, true, strata_runtime::bench::GEMM_TOKENS).expect("benchmarks windows");
     assert!(!report.windows.is_empty());
     for sweep in &report.windows {
         let windows: Vec<u32> = sweep.timings.iter().map(|k| k.window).collect();
         assert_eq!(windows, (1..=16).collect::<Vec<u32>>(), "{}", sweep.base);
         assert!(sweep.timings.windows(2).all(|p| p[1].bytes > p[0].bytes), "{}", sweep.base);
     }
+
+    // Prompt chunks wider than the windows plan the GEMMs, which the benchmark times at
+    // the width asked for (a verify window's: their weights rotate as the GEMVs' do).
+    let mut s = open_cpu_with(&pack, 64, Int8Dot::Always);
+    let prompt: Vec<u32> = (0..23).map(|i| (i * 37 + 5) % 256).collect();
+    generate::score(&mut s, &prompt, 4).expect("scores");
+    let report = s.model.bench_kernels_with(1, false, 8).expect("benchmarks GEMMs");
+    assert!(!report.gemms.is_empty());
+    assert!(report.gemms.iter().all(|g| g.tokens == 8 && g.seconds > 0.0), "{:?}", report.gemms);
 }
 
 #[test]

@@ -429,10 +429,10 @@ fn compile_host(
 
 /// A GEMM block tile `ROWSxTOKENS`, each a multiple of 16.
 fn parse_tile(s: &str) -> Result<[u32; 2], String> {
-    let bad = || format!("{s:?} is not ROWSxTOKENS with both multiples of 16 (e.g. 128x64)");
+    let bad = || format!("{s:?} is not ROWSxTOKENS, rows a multiple of 16 and tokens of 8 (e.g. 128x64)");
     let (r, t) = s.split_once('x').ok_or_else(bad)?;
     let (r, t): (u32, u32) = (r.parse().map_err(|_| bad())?, t.parse().map_err(|_| bad())?);
-    if r == 0 || t == 0 || r % 16 != 0 || t % 16 != 0 {
+    if r == 0 || t == 0 || r % 16 != 0 || t % 8 != 0 {
         return Err(bad());
     }
     Ok([r, t])

@@ -11,9 +11,11 @@
 //! per token should fall almost as 1/T while the weights dominate the bytes.
 //!
 //! Every GEMM (the prompt chunk's products) is timed at a chunk of [`GEMM_TOKENS`]
-//! tokens, reported as TFLOP/s (2 · rows · cols · tokens per launch). At that width a
-//! GEMM is bound by the matrix unit and the dequantization, not by reading its weights
-//! once, so one copy of the weights serves every launch. Beside them the report names
+//! tokens (or as many as asked), reported as TFLOP/s (2 · rows · cols · tokens per
+//! launch). At that width a GEMM is bound by the matrix unit and the dequantization, not
+//! by reading its weights once, so one copy of the weights serves every launch; at a
+//! verify window's width ([`MAX_WINDOW`] tokens or fewer) it is bound by the weights'
+//! bytes like the GEMV it would replace, so its weights rotate as the GEMVs' do. Beside them the report names
 //! `gemm_ceiling`: the fastest F16 GEMM where the model has one, whose dequantization
 //! is a copy, so its rate is what the kernel's tiles and the matrix unit reach on this
 //! device, the bound for the quantized ones.
@@ -155,14 +157,20 @@ impl Model {
     /// Times every single-token GEMV of this model (and the int8 input quantizers) with
     /// `reps` launches each, and the device's copy bandwidth.
     pub fn bench_kernels(&mut self, reps: usize) -> Result<KernelReport, RunError> {
-        self.bench_kernels_with(reps, false)
+        self.bench_kernels_with(reps, false, GEMM_TOKENS)
     }
 
     /// As [`Model::bench_kernels`]; with `windows`, also every other window of each
     /// GEMV (the speculative verify windows `--spec` compiles; where kernels are planned
     /// on demand, windows 1 to the largest `--spec` of each shape that has one above 1).
-    /// A shape's weights are made once and read by all its windows.
-    pub fn bench_kernels_with(&mut self, reps: usize, windows: bool) -> Result<KernelReport, RunError> {
+    /// A shape's weights are made once and read by all its windows. The GEMMs are timed
+    /// at `gemm_tokens` tokens (at most each one's compiled limit).
+    pub fn bench_kernels_with(
+        &mut self,
+        reps: usize,
+        windows: bool,
+        gemm_tokens: u32,
+    ) -> Result<KernelReport, RunError> {
         let reps = reps.max(1);
         if windows {
             self.plan_windows()?;
@@ -197,29 +205,49 @@ impl Model {
             }
         }
         sweeps.retain(|s| s.timings.iter().any(|k| k.window > 1));
-        let gemms = self.bench_gemms(reps, &mut rng)?;
+        let gemms = self.bench_gemms(reps, gemm_tokens, &mut rng)?;
         let gemm_ceiling =
             gemms.iter().filter(|g| g.quant == GgmlType::F16).max_by(|a, b| a.tflops().total_cmp(&b.tflops())).cloned();
         Ok(KernelReport { copy_bytes_per_s, kernels, windows: sweeps, gemms, gemm_ceiling })
     }
 
-    /// Times every GEMM among the kernels at [`GEMM_TOKENS`] tokens, `reps` launches
-    /// each, on random weights and inputs (one copy: see the module's documentation).
-    fn bench_gemms(&mut self, reps: usize, rng: &mut ChaCha8Rng) -> Result<Vec<GemmTiming>, RunError> {
+    /// Times every GEMM among the kernels at `tokens` tokens, `reps` launches each, on
+    /// random weights and inputs (one copy, or a rotation at a window's width: see the
+    /// module's documentation).
+    fn bench_gemms(&mut self, reps: usize, tokens: u32, rng: &mut ChaCha8Rng) -> Result<Vec<GemmTiming>, RunError> {
         let mut specs: Vec<KernelRecord> =
             self.kernels.specs().filter(|k| matches!(k.op, Op::Gemm(_))).cloned().collect();
         specs.sort_by(|a, b| a.name.cmp(&b.name));
+        let rotate = tokens <= MAX_WINDOW;
+        // One pool for the largest rotation, allocated once (the backend cannot free).
+        let pool_bytes = specs
+            .iter()
+            .filter_map(|s| match s.op {
+                Op::Gemm(ops::Gemm { quant, rows, cols }) if rotate => {
+                    let (_, stride, copies) = rotation_layout(quant, rows, cols);
+                    Some(stride * copies)
+                }
+                _ => None,
+            })
+            .max();
+        let pool = pool_bytes.map(|bytes| self.backend.alloc(bytes)).transpose()?;
         let mut timings = Vec::with_capacity(specs.len());
         for spec in &specs {
             let Op::Gemm(ops::Gemm { quant, rows, cols }) = spec.op else { continue };
-            let tokens = GEMM_TOKENS.min(spec.scalars.iter().find(|s| s.name == "tokens").map_or(1, |s| s.max));
-            let w_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0) as usize * rows as usize;
+            let tokens = tokens.clamp(1, spec.scalars.iter().find(|s| s.name == "tokens").map_or(1, |s| s.max));
+            let (w_bytes, stride, copies) = rotation_layout(quant, rows, cols);
             let mut host = vec![0u8; w_bytes];
             random_blocks(quant, rng, &mut host, 0.05).map_err(|e| RunError::Other(e.to_string()))?;
             let x = random_floats(rng, (tokens * cols) as usize, 1.0);
             let b = &mut self.backend;
-            let (w, y) = (b.alloc(w_bytes)?, b.alloc((tokens * rows) as usize * 4)?);
-            b.write(w, 0, &host)?;
+            let (w, stride, copies) = match pool {
+                Some(pool) => (pool, stride, copies),
+                None => (b.alloc(w_bytes)?, 0, 1),
+            };
+            for c in 0..copies {
+                b.write(w, c * stride, &host)?;
+            }
+            let y = b.alloc((tokens * rows) as usize * 4)?;
             let floats = |v: &[f32]| v.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
             // An int8 GEMM reads its input quantized (the quantizer is not timed).
             let inputs = if spec.buffers.iter().any(|b| b.name == "xq") {
@@ -228,7 +256,7 @@ impl Model {
             } else {
                 vec![("x", floats(&x))]
             };
-            let mut args = vec![("w", Arg::Buf(w, 0)), ("y", Arg::Buf(y, 0)), ("tokens", Arg::U32(tokens))];
+            let mut args = vec![("y", Arg::Buf(y, 0)), ("tokens", Arg::U32(tokens))];
             // A stream-K GEMM's workspace, zeroed as the model hands it over.
             let workspace = spec.buffers.iter().filter(|b| b.workspace).filter_map(|w| match w.extent {
                 Extent::Fixed(n) => Some((w.name.as_str(), vec![0; usize::try_from(n * w.elem.bytes()).ok()?])),
@@ -239,7 +267,14 @@ impl Model {
                 b.write(buf, 0, &bytes)?;
                 args.push((name, Arg::Buf(buf, 0)));
             }
-            let seconds = self.time_launches(spec, &[args], reps)?;
+            let args: Vec<_> = (0..copies)
+                .map(|c| {
+                    let mut a = vec![("w", Arg::Buf(w, c * stride))];
+                    a.extend(args.iter().copied());
+                    a
+                })
+                .collect();
+            let seconds = self.time_launches(spec, &args, reps)?;
             timings.push(GemmTiming { name: spec.name.clone(), quant, rows, cols, tokens, seconds });
         }
         Ok(timings)

@@ -131,6 +131,11 @@ enum Command {
         /// ratio to T=1.
         #[arg(long, requires = "kernels")]
         windows: bool,
+        /// With --kernels: the tokens each GEMM is timed at (a prompt chunk by default;
+        /// at a verify window's width, 16 or fewer, its weights rotate as the GEMVs' do,
+        /// so its time compares with the window GEMV's).
+        #[arg(long, requires = "kernels", default_value_t = strata_runtime::bench::GEMM_TOKENS)]
+        gemm_tokens: u32,
         /// A llama.cpp `llama-bench` binary: also measure llama.cpp on the same pack and
         /// print the ratios.
         #[arg(long, value_name = "PATH")]
@@ -637,6 +642,7 @@ fn run(cli: Cli) -> Result<()> {
             reps,
             kernels,
             windows,
+            gemm_tokens,
             llama_bench,
             depth,
             attention,
@@ -676,7 +682,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             if kernels {
                 // After the passes above, so that kernels planned on demand (CPU) are known.
-                let report = s.model.bench_kernels_with(100, windows)?;
+                let report = s.model.bench_kernels_with(100, windows, gemm_tokens)?;
                 print_kernel_report(&report);
                 print_window_report(&report);
             }

@@ -99,7 +99,7 @@ fn print_gemm_report(r: &KernelReport) {
         return;
     }
     println!();
-    println!("GEMMs at a prompt chunk (TFLOP/s = 2 rows cols tokens / time)");
+    println!("GEMMs (TFLOP/s = 2 rows cols tokens / time)");
     println!("{:<40} {:>6} {:>10} {:>9}", "kernel", "tokens", "time (us)", "TFLOP/s");
     for g in &r.gemms {
         println!("{:<40} {:>6} {:>10.2} {:>9.1}", g.name, g.tokens, g.seconds * 1e6, g.tflops());
