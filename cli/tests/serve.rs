@@ -147,6 +147,72 @@ fn concurrent_clients_all_complete_and_a_disconnect_frees_its_slot() {
 }
 
 #[test]
+fn concurrent_greedy_requests_decode_in_batches_and_each_gets_its_text_alone() {
+    let Some(server) = Server::start(&["--parallel", "8"], &[], "ready") else { return };
+    // Prompts and lengths that differ, so that requests join and leave the batches at
+    // different rounds.
+    let prompts = [
+        "The capital of France is",
+        "Once upon a time",
+        "def fibonacci(n):",
+        "The three primary colors are red, yellow and",
+        "Water boils at",
+        "A haiku about the sea:",
+        "1, 2, 3, 4,",
+        "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    ];
+    let body = |i: usize| json!({ "prompt": prompts[i], "max_tokens": 6 + i, "temperature": 0, "cache_prompt": false });
+    let text = |v: &Value| v["choices"][0]["text"].as_str().expect("text").to_owned();
+    let alone: Vec<String> = (0..prompts.len())
+        .map(|i| {
+            let (status, v) = server.post("/v1/completions", &body(i));
+            assert_eq!(status, 200, "{v}");
+            text(&v)
+        })
+        .collect();
+    assert_eq!(server.metric("decode_batches_total"), 0.0, "one request at a time decodes alone");
+    let client = server.client;
+    let together: Vec<_> = (0..prompts.len())
+        .map(|i| {
+            let (s, body) = (client, body(i));
+            std::thread::spawn(move || s.post("/v1/completions", &body))
+        })
+        .collect();
+    for (i, c) in together.into_iter().enumerate() {
+        let (status, v) = c.join().expect("client");
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(text(&v), alone[i], "request {i}: batched vs alone");
+        assert_eq!(v["usage"]["completion_tokens"].as_u64().map(|n| n <= 6 + i as u64), Some(true), "{v}");
+    }
+    let (batches, sequences) = (server.metric("decode_batches_total"), server.metric("decode_batched_sequences_total"));
+    assert!(batches > 0.0 && sequences >= 2.0 * batches, "{batches} batches of {sequences} sequences");
+}
+
+#[test]
+fn a_small_step_budget_reads_a_long_prompt_in_pieces_beside_a_decoding_request() {
+    // 8 tokens a round: one for the decoding request, the rest for the long prompt.
+    let Some(server) = Server::start(&["--parallel", "2", "--batch-tokens", "8"], &[], "ready") else { return };
+    let long = format!("{PROMPT} Paris. {}", "The river that runs through it is the Seine. ".repeat(6));
+    let requests = [(PROMPT.to_owned(), 24), (long, 4)];
+    let body = |(prompt, n): &(String, usize)| json!({ "prompt": prompt, "max_tokens": n, "temperature": 0, "cache_prompt": false });
+    let text = |v: &Value| v["choices"][0]["text"].as_str().expect("text").to_owned();
+    let alone: Vec<String> = requests.iter().map(|r| text(&server.post("/v1/completions", &body(r)).1)).collect();
+    let client = server.client;
+    let together: Vec<_> = requests
+        .iter()
+        .map(|r| {
+            let body = body(r);
+            std::thread::spawn(move || client.post("/v1/completions", &body))
+        })
+        .collect();
+    for (i, c) in together.into_iter().enumerate() {
+        let (status, v) = c.join().expect("client");
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(text(&v), alone[i], "request {i}: read in budgeted pieces vs alone");
+    }
+}
+
+#[test]
 fn speculative_serving_keeps_greedy_text_and_reports_acceptance() {
     let Some(server) = Server::start(&["--parallel", "2", "--spec", "4"], &[], "ready") else { return };
     // A pattern the n-gram drafter continues; with log-probabilities asked for, the

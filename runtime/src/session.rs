@@ -268,6 +268,12 @@ pub fn pick(
     }))
 }
 
+/// The GEMV windows a batch of decode steps of `slots` sequences asks for: one column a
+/// sequence, up to [`MAX_WINDOW`] (wider batches decode in several passes).
+fn batch_window(slots: usize) -> u32 {
+    u32::try_from(slots).unwrap_or(u32::MAX).min(MAX_WINDOW)
+}
+
 /// Loads and self-tests the artifacts for a GPU backend.
 pub fn prepare_device(
     pack: &Pack,
@@ -280,7 +286,7 @@ pub fn prepare_device(
     let art = match &opts.artifacts {
         Some(dir) => artifacts::open(dir, pack, &device)?,
         None => {
-            let spec = opts.spec.window.max(Options::default().verify_window);
+            let spec = opts.spec.window.max(Options::default().verify_window).max(batch_window(opts.slots));
             artifacts::compile_for_device(
                 pack,
                 &device,
@@ -343,6 +349,7 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
             Some(_) => opts.prefill.max(opts.spec.window).min(MAX_WINDOW),
             None => opts.spec.window,
         };
+        let window = window.max(batch_window(opts.slots));
         (Kernels::planned(target, opts.int8).with_qsa_block(opts.qsa.block), window.max(1), None)
     } else {
         let art = prepare_device(&pack, backend.as_mut(), opts, report)?;

@@ -1,12 +1,20 @@
-//! The engine: one thread owns the model and serves up to `slots` sequences at once, one
-//! step per sequence per turn (a fair round robin), with a first-come queue beyond
-//! that. A step is one prompt chunk (`--prefill` tokens) while a prompt is read, then
-//! one token: a long prompt holds the other slots for one chunk a turn, not for its
-//! whole length. A request whose client went away is dropped before its next chunk or
-//! token, and a queued one as soon as the engine looks at its queue. With speculative
-//! decoding a step may yield several tokens; they are passed on one a turn before the
-//! next step. A request with log-probabilities or a grammar (`response_format`, a forced
-//! tool call) decodes one token a step, its grammar's mask computed while the model runs.
+//! The engine: one thread owns the model and serves up to `slots` sequences at once, with
+//! a first-come queue beyond that. Each round gives every sequence one turn: a prompt
+//! chunk while its prompt is read, then one token reported; a long prompt holds the
+//! others for one chunk a round, not for its whole length. A round reads at most
+//! `--batch-tokens`: one a decoding sequence, and prompt chunks (`--prefill` tokens at
+//! most) within the rest, the oldest request's first, at least one token of one prompt
+//! a round; a smaller budget keeps the decoding sequences' token gaps short. Then the
+//! sequences that need their next token are decoded together: one batched pass (as many
+//! as [`Model::window`] a pass), whose products read the weights once for all of them,
+//! each attending over its own cache. A request whose client went away is dropped before
+//! its next chunk or token, and a queued one as soon as the engine looks at its queue.
+//!
+//! Some sequences decode alone: a request with log-probabilities or a grammar
+//! (`response_format`, a forced tool call), its grammar's mask computed while the model
+//! runs; one whose pass attends sparsely (QSA); and, speculating (`--spec`), the only
+//! sequence that needs a token in a round, whose step may yield several tokens (passed
+//! on one a round). With more than one, batching serves them better than drafts.
 //!
 //! A slot keeps its KV cache after a request: the next request goes to the free slot
 //! whose cache shares the longest prefix with its prompt and reads only the rest (a
@@ -185,8 +193,29 @@ fn shared_prefix(held: &[u32], prompt: &[u32]) -> usize {
     same.min(prompt.len().saturating_sub(1))
 }
 
-/// Serves jobs from `jobs` until every sender is gone.
-pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
+/// The prompt tokens each slot may read this round (none where a slot decodes or holds
+/// nothing): `budget` less one a decoding sequence, the oldest request's first, at least
+/// one token to the oldest.
+fn prompt_budgets(slots: &[Option<Active>], budget: usize) -> Vec<usize> {
+    let reading = |a: &Active| a.read < a.job.prompt.len();
+    let decoding = slots.iter().flatten().filter(|a| !reading(a)).count();
+    let mut left = budget.saturating_sub(decoding);
+    let mut order: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].as_ref().is_some_and(reading)).collect();
+    order.sort_by_key(|&i| slots[i].as_ref().map(|a| a.job.received));
+    let mut budgets = vec![0; slots.len()];
+    for (n, i) in order.into_iter().enumerate() {
+        let Some(a) = &slots[i] else { continue };
+        let want = a.job.prompt.len() - a.read;
+        let take = if n == 0 { want.min(left.max(1)) } else { want.min(left) };
+        budgets[i] = take;
+        left -= take.min(left);
+    }
+    budgets
+}
+
+/// Serves jobs from `jobs` until every sender is gone, reading at most `batch_tokens`
+/// tokens a round (prompt chunks and decoded tokens).
+pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tokens: usize) {
     let mut slots: Vec<Option<Active>> = (0..s.model.slots()).map(|_| None).collect();
     // Per slot, the tokens its KV cache holds from the request it served last: a new
     // request goes to the free slot sharing the longest prefix with its prompt, and
@@ -232,53 +261,113 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
             slots[slot] = Some(Active::new(job, Speculator::new(s.spec), cached));
         }
         metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
+        // Every request's turn: a prompt chunk within the round's budget, or one token
+        // reported.
+        let budgets = prompt_budgets(&slots, batch_tokens);
+        let mut needs = Vec::new();
         for i in 0..slots.len() {
             let Some(active) = &mut slots[i] else { continue };
-            let result = step(&mut s, i, active, &metrics);
+            let result = turn(&mut s, i, active, budgets[i], &metrics);
             if let Some(experts) = s.model.take_expert_stats() {
                 metrics.experts(&experts);
             }
-            let result_failed = result.is_err();
-            let done = match result {
-                Ok(done) => done,
+            match result {
+                Ok(Turn::Busy) => {}
+                Ok(Turn::Next(token)) => needs.push((i, token)),
+                Ok(Turn::Over) => retire(&mut s, &mut slots, &mut held, i, false, &metrics, waiting.len()),
                 Err(e) => {
                     let _ = active.job.events.send(Event::Error(e.to_string()));
-                    true
-                }
-            };
-            if let Some(ended) = done.then(|| slots[i].take()).flatten() {
-                // What the slot holds now, unless the device failed under it.
-                let pos = s.model.select(i).map(|()| s.model.pos() as usize);
-                held[i] = match (result_failed, pos) {
-                    (false, Ok(pos)) => ended.held(pos),
-                    _ => Vec::new(),
-                };
-                metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
-                if let Some(event) = ended.done {
-                    let _ = ended.job.events.send(event);
+                    retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
                 }
             }
+        }
+        // Then the next tokens: alone where a request needs it, the rest in batches.
+        let alone = |slots: &[Option<Active>], i: usize, s: &Session| {
+            slots[i].as_ref().is_some_and(|a| a.job.logprobs.is_some() || a.job.constraint.is_some())
+                || s.model.decodes_alone(i)
+        };
+        let (single, batch): (Vec<_>, Vec<_>) = needs.into_iter().partition(|&(i, _)| alone(&slots, i, &s));
+        let single = if batch.len() == 1 { single.into_iter().chain(batch.iter().copied()).collect() } else { single };
+        for (i, token) in single {
+            let Some(active) = &mut slots[i] else { continue };
+            if let Err(e) = next_alone(&mut s, i, active, token, &metrics) {
+                let _ = active.job.events.send(Event::Error(e.to_string()));
+                retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
+            }
+        }
+        if batch.len() > 1 {
+            for part in batch.chunks(s.model.window().max(1) as usize) {
+                if let Err(e) = next_batched(&mut s, &mut slots, part, &metrics) {
+                    for &(i, _) in part {
+                        if let Some(active) = &slots[i] {
+                            let _ = active.job.events.send(Event::Error(e.to_string()));
+                        }
+                        retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
+                    }
+                }
+            }
+        }
+        if let Some(experts) = s.model.take_expert_stats() {
+            metrics.experts(&experts);
         }
         metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
     }
 }
 
-/// One turn of one request: reads one chunk of the prompt while there is one left (the
-/// last chunk picks the first token), then reports one token and computes the next.
-/// Returns whether the request is over.
-fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Result<bool, RunError> {
-    if a.job.events.is_closed() {
-        return Ok(true); // the client went away
+/// Takes the request out of slot `i` (it is over, or `failed` on the device), keeps what
+/// the slot's cache holds for the next request, and sends the closing event once the
+/// load metrics show it gone (a client that has seen the end sees it in /metrics).
+fn retire(
+    s: &mut Session,
+    slots: &mut [Option<Active>],
+    held: &mut [Vec<u32>],
+    i: usize,
+    failed: bool,
+    metrics: &Metrics,
+    waiting: usize,
+) {
+    let Some(ended) = slots[i].take() else { return };
+    metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting);
+    // What the slot holds now, unless the device failed under it.
+    let pos = s.model.select(i).map(|()| s.model.pos() as usize);
+    held[i] = match (failed, pos) {
+        (false, Ok(pos)) => ended.held(pos),
+        _ => Vec::new(),
+    };
+    if let Some(event) = ended.done {
+        let _ = ended.job.events.send(event);
     }
-    s.model.select(slot)?;
+}
+
+/// What a request needs after its turn.
+enum Turn {
+    /// It is over.
+    Over,
+    /// Nothing this round: it read a prompt chunk, or has tokens computed ahead.
+    Busy,
+    /// The token after this one (reported, and not yet read by the model).
+    Next(u32),
+}
+
+/// One turn of one request: reads one chunk of the prompt (of at most `most` tokens; none
+/// this round if 0) while there is one left (the last chunk picks the first token), then
+/// reports one token, saying whether the token after it is still to compute.
+fn turn(s: &mut Session, slot: usize, a: &mut Active, most: usize, metrics: &Metrics) -> Result<Turn, RunError> {
+    if a.job.events.is_closed() {
+        return Ok(Turn::Over); // the client went away
+    }
     if a.read < a.job.prompt.len() {
-        a.read = generate::prefill_chunk(s, &a.job.prompt, a.read)?;
+        if most == 0 {
+            return Ok(Turn::Busy);
+        }
+        s.model.select(slot)?;
+        a.read = generate::prefill_chunk_within(s, &a.job.prompt, a.read, most)?;
         if a.read == a.job.prompt.len() {
             let first = pick(s, a)?;
             a.pending.push_back(first);
             metrics.prompt_tokens(a.job.prompt.len(), a.cached);
         }
-        return Ok(false);
+        return Ok(Turn::Busy);
     }
     let Some((token, logprob)) = a.pending.pop_front() else {
         return Err(RunError::Other("the engine lost its next token".into()));
@@ -286,7 +375,7 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
     if s.tokenizer.is_eog(token) {
         a.history.push(token); // the model may have read it: the slot's held tokens keep their order
         a.finish(Finish::Stop);
-        return Ok(true);
+        return Ok(Turn::Over);
     }
     a.generated.push(token);
     a.history.push(token);
@@ -304,11 +393,11 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
     let piece = a.decoder.push(&s.tokenizer, token);
     let (text, stopped) = a.stops.push(&piece);
     if a.job.events.send(Event::Token { text, logprob }).is_err() {
-        return Ok(true);
+        return Ok(Turn::Over);
     }
     if stopped {
         a.finish(Finish::Stop);
-        return Ok(true);
+        return Ok(Turn::Over);
     }
     let full = a.pending.is_empty() && s.model.pos() >= s.model.n_ctx();
     if a.generated.len() >= a.job.max_tokens || full {
@@ -318,11 +407,15 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
             let _ = a.job.events.send(Event::Token { text, logprob: None });
         }
         a.finish(Finish::Length);
-        return Ok(true);
+        return Ok(Turn::Over);
     }
-    if !a.pending.is_empty() {
-        return Ok(false);
-    }
+    Ok(if a.pending.is_empty() { Turn::Next(token) } else { Turn::Busy })
+}
+
+/// Computes the token after `token` for one request alone: speculating where it may (the
+/// step may yield several), else one decode step (a grammar masks its logits).
+fn next_alone(s: &mut Session, slot: usize, a: &mut Active, token: u32, metrics: &Metrics) -> Result<(), RunError> {
+    s.model.select(slot)?;
     if a.job.logprobs.is_none() && a.job.constraint.is_none() {
         let before = a.spec.stats();
         let new = a.spec.step(&mut s.model, s.draft.as_mut(), &mut a.sampler, &a.history, &a.generated)?;
@@ -338,7 +431,35 @@ fn step(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
         let next = pick(s, a)?;
         a.pending.push_back(next);
     }
-    Ok(false)
+    Ok(())
+}
+
+/// Computes the next token of each request of `part` (`(slot, its last token)`) in one
+/// batched pass: greedy ones from the device's argmax, sampled ones from their rows.
+fn next_batched(
+    s: &mut Session,
+    slots: &mut [Option<Active>],
+    part: &[(usize, u32)],
+    metrics: &Metrics,
+) -> Result<(), RunError> {
+    let greedy = part.iter().all(|&(i, _)| slots[i].as_ref().is_some_and(|a| a.sampler.is_greedy()));
+    let next = if greedy {
+        s.model.decode_batch_greedy(part)?
+    } else {
+        s.model.decode_batch(part)?;
+        let vocab = s.model.desc.vocab as usize;
+        let logits = s.model.logits(part.len() as u32)?;
+        let rows = part.iter().zip(logits.chunks_exact(vocab));
+        rows.map(|(&(i, _), row)| slots[i].as_mut().map_or(0, |a| a.sampler.sample_with(row, &a.history, &a.generated)))
+            .collect()
+    };
+    metrics.batch(part.len());
+    for (&(i, _), token) in part.iter().zip(next) {
+        if let Some(a) = slots[i].as_mut() {
+            a.pending.push_back((token, None));
+        }
+    }
+    Ok(())
 }
 
 /// The next token from the logits the last forward pass left (greedy on the device
@@ -370,6 +491,46 @@ fn pick(s: &mut Session, a: &mut Active) -> Result<(u32, Option<TokenLogprob>), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request in a slot: a prompt of `len` tokens, `read` of them read, arrived
+    /// `age` milliseconds before `now`.
+    fn active(len: usize, read: usize, now: Instant, age: u64) -> Active {
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let admission = Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().expect("a permit");
+        let job = Job {
+            prompt: vec![1; len],
+            max_tokens: 1,
+            sampler: SamplerConfig::default(),
+            stop: Vec::new(),
+            logprobs: None,
+            constraint: None,
+            cache_prompt: true,
+            events,
+            admission,
+            received: now - Duration::from_millis(age),
+        };
+        let mut a = Active::new(job, Speculator::new(strata_runtime::speculative::SpeculativeConfig::OFF), 0);
+        a.read = read;
+        a
+    }
+
+    #[test]
+    fn a_round_reads_prompts_oldest_first_within_the_budget_left_by_decoding() {
+        let now = Instant::now();
+        // Two decoding, a young long prompt, an old one, an empty slot.
+        let slots = vec![
+            Some(active(10, 10, now, 50)),
+            Some(active(1000, 100, now, 10)),
+            Some(active(300, 0, now, 90)),
+            None,
+            Some(active(5, 5, now, 0)),
+        ];
+        assert_eq!(prompt_budgets(&slots, 512), vec![0, 210, 300, 0, 0]);
+        assert_eq!(prompt_budgets(&slots, 100), vec![0, 0, 98, 0, 0]);
+        // Decoding takes the whole budget: the oldest prompt still reads a token.
+        assert_eq!(prompt_budgets(&slots, 2), vec![0, 0, 1, 0, 0]);
+        assert_eq!(prompt_budgets(&[Some(active(40, 39, now, 0))], 8), vec![1]);
+    }
 
     #[test]
     fn a_shared_prefix_leaves_a_token_to_read() {

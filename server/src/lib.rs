@@ -58,6 +58,8 @@ pub struct Config {
     pub body_limit: usize,
     /// Requests admitted beyond the slots; more get 503 with `Retry-After`.
     pub max_queue: usize,
+    /// Tokens one round of the engine reads at most (`--batch-tokens`).
+    pub batch_tokens: usize,
     /// Parse special-token text in `/v1/completions` prompts (trusted clients only).
     pub parse_special: bool,
     /// Connection limits, timeouts and the graceful stop.
@@ -188,7 +190,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
                     loader_state.model_ids.join(", "),
                     config.open.slots.max(1)
                 );
-                engine::run(session, queue, Arc::clone(&loader_state.metrics));
+                engine::run(session, queue, Arc::clone(&loader_state.metrics), config.batch_tokens);
             }
             Err(e) => fail(e.to_string()),
         }

@@ -68,6 +68,9 @@ pub struct Metrics {
     spec_verified: AtomicU64,
     spec_drafted: AtomicU64,
     spec_accepted: AtomicU64,
+    /// Batched decode passes and the sequences they held.
+    batches: AtomicU64,
+    batched: AtomicU64,
     waiting: AtomicUsize,
     /// The expert cache's counters (mixture-of-experts packs).
     experts: Mutex<ExpertStats>,
@@ -121,6 +124,12 @@ impl Metrics {
         self.spec_verified.fetch_add(step.verified, Ordering::Relaxed);
         self.spec_drafted.fetch_add(step.drafted, Ordering::Relaxed);
         self.spec_accepted.fetch_add(step.accepted, Ordering::Relaxed);
+    }
+
+    /// A batched decode pass of `sequences` sequences ran.
+    pub fn batch(&self, sequences: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batched.fetch_add(sequences as u64, Ordering::Relaxed);
     }
 
     /// The expert cache's counters since the last report.
@@ -183,6 +192,18 @@ impl Metrics {
             "gauge",
             "Draft tokens accepted per verify pass since start.",
             format!("{:.4}", ratio.mean_accepted()),
+        );
+        metric(
+            "decode_batches_total",
+            "counter",
+            "Decode passes that advanced several requests at once.",
+            load(&self.batches),
+        );
+        metric(
+            "decode_batched_sequences_total",
+            "counter",
+            "Requests those passes advanced (over decode_batches_total: the mean batch).",
+            load(&self.batched),
         );
         let experts = self.experts.lock().map(|e| e.clone()).unwrap_or_default();
         metric("expert_lookups_total", "counter", "Experts a layer's pass needed.", experts.lookups.to_string());

@@ -28,6 +28,15 @@ impl Compiled for Planned<'_> {
         let name = op.kernel_name();
         self.0.iter().any(|k| k.name == name)
     }
+
+    fn attention_splits(&mut self, op: &Op) -> u32 {
+        let name = op.kernel_name();
+        let tuning = self.0.iter().find(|k| k.name == name).map(|k| &k.tuning);
+        match tuning {
+            Some(Tuning::Attention(t)) => t.splits,
+            _ => rules::ATTENTION_SPLITS,
+        }
+    }
 }
 
 fn check(bytes: Vec<u8>, target: &str, int8: Int8Dot) {
@@ -52,12 +61,16 @@ fn check(bytes: Vec<u8>, target: &str, int8: Int8Dot) {
     let chunks: &[u32] = if desc.experts.is_none() { &[17, 512] } else { &[] };
     for tokens in (1..=16).chain(chunks.iter().copied()) {
         let gemm = tokens > 16;
-        for sparse_from in [None, Some(1)].into_iter().filter(|s| !gemm || s.is_none()) {
-            for logits in [Logits::None, Logits::Last, Logits::All] {
-                let pass = Pass { tokens, logits, sparse_from, layers: &layers, output, embedding, gemm };
-                for step in forward.steps(&pass, &mut Planned(&plan.kernels)) {
-                    if let Step::Launch { op, .. } = step {
-                        launched.insert(op.kernel_name());
+        // A window of one sequence, or (GEMV windows) a batch of one token a sequence.
+        let batches: &[u32] = if gemm || tokens == 1 { &[1] } else { &[1, tokens] };
+        for &seqs in batches {
+            for sparse_from in [None, Some(1)].into_iter().filter(|s| !gemm || s.is_none()) {
+                for logits in [Logits::None, Logits::Last, Logits::All] {
+                    let pass = Pass { tokens, seqs, logits, sparse_from, layers: &layers, output, embedding, gemm };
+                    for step in forward.steps(&pass, &mut Planned(&plan.kernels)) {
+                        if let Step::Launch { op, .. } = step {
+                            launched.insert(op.kernel_name());
+                        }
                     }
                 }
             }

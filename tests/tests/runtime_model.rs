@@ -221,3 +221,95 @@ fn every_quant_type_decodes_without_speculation_or_int8() {
         }
     }
 }
+
+fn greedy(logits: &[f32]) -> u32 {
+    strata_runtime::sampler::top_k(logits, 1)[0].0
+}
+
+/// A batch of decode steps (one pass, one column a sequence, each attending over its own
+/// cache at its own position) gives each sequence the tokens and logits it gets decoding
+/// alone, whichever sequences share the pass: dense, Qwen3's head norms, Gemma 3's local
+/// layers, a mixture of experts.
+#[test]
+fn a_batch_of_sequences_decodes_as_each_does_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let presets = [Preset::TinyLlama, Preset::TinyQwen3, Preset::TinyGemma3, Preset::TinyQwen3Moe];
+    for preset in presets {
+        let pack = write_pack(dir.path(), preset, &[GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::IQ4_XS]);
+        let open = || {
+            let spec = SpeculativeConfig { window: 4, draft_max: Some(0), ..SpeculativeConfig::OFF };
+            let opts = OpenOptions {
+                backend: BackendChoice::Cpu,
+                ctx: Some(64),
+                prefill: 8,
+                slots: 4,
+                spec,
+                ..OpenOptions::default()
+            };
+            session::open(&pack, &opts, &mut |_| {}).expect("opens on the CPU")
+        };
+        // Four prompts of different lengths, each read into its own slot: the first token.
+        let prompts: Vec<Vec<u32>> = [3usize, 7, 12, 20]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n as u32).map(|j| (j * 37 + 11 * i as u32 + 5) % 256).collect())
+            .collect();
+        let read = |s: &mut Session| -> Vec<u32> {
+            let mut first = Vec::new();
+            for (slot, prompt) in prompts.iter().enumerate() {
+                s.model.select(slot).expect("a slot");
+                s.model.reset();
+                for pass in s.model.prompt_passes(prompt.len()) {
+                    s.model.forward(&prompt[pass], strata_runtime::model::Logits::Last).expect("reads");
+                }
+                first.push(s.model.argmax(1).expect("argmax")[0]);
+            }
+            first
+        };
+        let steps = 6;
+        // Alone: each sequence decoded by itself, logits kept at every step.
+        let mut s = open();
+        let first = read(&mut s);
+        let (mut alone, mut alone_logits) = (Vec::new(), Vec::new());
+        for (slot, &token) in first.iter().enumerate() {
+            s.model.select(slot).expect("a slot");
+            let (mut seq, mut rows, mut next) = (vec![token], Vec::new(), token);
+            for _ in 0..steps {
+                s.model.decode(next).expect("decodes");
+                let logits = s.model.logits(1).expect("logits");
+                next = greedy(&logits);
+                seq.push(next);
+                rows.push(logits);
+            }
+            alone.push(seq);
+            alone_logits.push(rows);
+        }
+        // Batched: sequence i joins at step i, so batches of 1 to 4 with different members.
+        let mut s = open();
+        assert_eq!(read(&mut s), first, "{}: the prompts' first tokens", preset.name());
+        let mut batched: Vec<Vec<u32>> = first.iter().map(|&t| vec![t]).collect();
+        for step in 0..steps + 3 {
+            let members: Vec<usize> = (0..4).filter(|&i| step >= i && batched[i].len() <= steps).collect();
+            let batch: Vec<(usize, u32)> = members.iter().map(|&i| (i, *batched[i].last().unwrap())).collect();
+            if step % 2 == 0 {
+                let next = s.model.decode_batch_greedy(&batch).expect("a batch decodes");
+                for (&i, t) in members.iter().zip(next) {
+                    batched[i].push(t);
+                }
+            } else {
+                s.model.decode_batch(&batch).expect("a batch decodes");
+                let vocab = s.model.desc.vocab as usize;
+                let logits = s.model.logits(batch.len() as u32).expect("logits");
+                for (row, &i) in members.iter().enumerate() {
+                    let logits = &logits[row * vocab..(row + 1) * vocab];
+                    let at = batched[i].len() - 1;
+                    let want = &alone_logits[i][at];
+                    let most = want.iter().zip(logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    assert!(most <= 1e-5, "{}: sequence {i}, step {at}: logits differ by {most}", preset.name());
+                    batched[i].push(greedy(logits));
+                }
+            }
+        }
+        assert_eq!(batched, alone, "{}: batched vs alone", preset.name());
+    }
+}

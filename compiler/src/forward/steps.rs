@@ -75,7 +75,7 @@ pub enum Buf {
     List,
     /// QSA's selected block counts.
     Count,
-    /// The window's first position.
+    /// Each sequence's first position in the pass, one a sequence.
     Pos,
     /// The RoPE table.
     CosSin,
@@ -83,12 +83,12 @@ pub enum Buf {
     CosSinLocal,
     /// The logits.
     Logits,
-    /// A layer's key cache (of the sequence the pass runs on).
-    KCache(u32),
-    /// A layer's value cache.
-    VCache(u32),
-    /// A layer's key block summaries.
-    KSummary(u32),
+    /// A layer's key cache, of the pass's `.1`-th sequence.
+    KCache(u32, u32),
+    /// A layer's value cache, of the pass's `.1`-th sequence.
+    VCache(u32, u32),
+    /// A layer's key block summaries, of the pass's `.1`-th sequence.
+    KSummary(u32, u32),
     /// A layer's row of the expert-to-slot map.
     SlotOf(u32),
     /// A layer's expert pool: stacked gate·up (read by the token's row) or down.
@@ -248,6 +248,9 @@ pub trait Compiled {
     fn int8(&mut self, op: &Op) -> bool;
     /// Whether `op`'s kernel was compiled.
     fn has(&mut self, op: &Op) -> bool;
+    /// The most splits of a token's keys `op` (split attention) writes partial states
+    /// for: where a sequence's columns start in the states of a batch.
+    fn attention_splits(&mut self, op: &Op) -> u32;
 }
 
 /// One pass to describe.
@@ -255,6 +258,11 @@ pub trait Compiled {
 pub struct Pass<'a> {
     /// Tokens in the window.
     pub tokens: u32,
+    /// Sequences in the window (a batch of decode steps): each takes `tokens / seqs`
+    /// consecutive columns at its own next positions in its own KV caches; 1 for a
+    /// prompt chunk or a verify window. A batch attends densely and splits its
+    /// attention (no prefill attention).
+    pub seqs: u32,
     /// Which logits it leaves.
     pub logits: Logits,
     /// The first layer that attends to QSA's selected blocks (none: all dense).
@@ -367,18 +375,23 @@ impl Walk<'_, '_> {
     /// or split attention, dense (over a local layer's window) or over QSA's selection,
     /// and the merge of its splits; `o` is the output projection that reads it. Returns
     /// whether the merge quantized its output for it.
-    fn attention(&mut self, l: u32, q: At, t: u32, sparse: bool, o: Matrix) -> bool {
+    fn attention(&mut self, l: u32, q: At, t: u32, seqs: u32, sparse: bool, o: Matrix) -> bool {
         let tokens = ("tokens", Value::Count(t));
         let window = self.f.window(l);
         if self.gemm
+            && seqs == 1
             && let Some(prefill) = self.f.attention_prefill(window)
         {
-            let (k, v) = (at(Buf::KCache(l)), at(Buf::VCache(l)));
+            let (k, v) = (at(Buf::KCache(l, 0)), at(Buf::VCache(l, 0)));
             let args = [("q", q), ("k_cache", k), ("v_cache", v), ("out", at(Buf::AttnOut)), ("pos", at(Buf::Pos))];
             self.launch(prefill, &args, &[tokens, ("n_ctx", Value::Ctx)]);
             return false;
         }
-        self.split_attention(l, q, t, sparse && window.is_none(), window);
+        let per = t / seqs;
+        for seq in 0..seqs {
+            let q = At { buf: q.buf, offset: q.offset + seq * per * self.f.heads * self.f.head_dim };
+            self.split_attention(l, q, per, seq, sparse && window.is_none() && seqs == 1, window);
+        }
         // The merge quantizes its output where the output projection reads int8 (not
         // for a chunk's GEMM, which reads its input as it comes).
         let merge_q8 = !self.gemm && self.fuse_q8(&self.f.merge(true), &[o], t);
@@ -391,26 +404,30 @@ impl Walk<'_, '_> {
         merge_q8
     }
 
-    /// Split attention's partial states.
-    fn split_attention(&mut self, l: u32, q: At, t: u32, sparse: bool, window: Option<u32>) {
+    /// Split attention's partial states of the `t` tokens of the pass's `seq`-th
+    /// sequence (its columns `seq · t` on).
+    fn split_attention(&mut self, l: u32, q: At, t: u32, seq: u32, sparse: bool, window: Option<u32>) {
         let tokens = ("tokens", Value::Count(t));
-        let (pos, blocks) = (("pos", at(Buf::Pos)), ("n_blocks", Value::Blocks));
+        let (pos, blocks) = (("pos", At { buf: Buf::Pos, offset: seq }), ("n_blocks", Value::Blocks));
+        // The states and split counts of the sequence's first column.
+        let (heads, dense) = (self.f.heads, self.f.attention(false, window));
+        let states = heads * (self.f.head_dim + 2) * self.k.attention_splits(&dense);
         let mut args = vec![
             ("q", q),
-            ("k_cache", at(Buf::KCache(l))),
-            ("v_cache", at(Buf::VCache(l))),
-            ("partial", at(Buf::Partial)),
-            ("splits", at(Buf::Splits)),
+            ("k_cache", at(Buf::KCache(l, seq))),
+            ("v_cache", at(Buf::VCache(l, seq))),
+            ("partial", At { buf: Buf::Partial, offset: seq * t * states }),
+            ("splits", At { buf: Buf::Splits, offset: seq * t * heads }),
             pos,
         ];
         if !sparse {
-            self.launch(self.f.attention(false, window), &args, &[tokens, ("n_ctx", Value::Ctx)]);
+            self.launch(dense, &args, &[tokens, ("n_ctx", Value::Ctx)]);
             return;
         }
         let (scores, list, count) = (("scores", at(Buf::Scores)), ("list", at(Buf::List)), ("count", at(Buf::Count)));
         self.launch(
             self.f.qsa_score(),
-            &[("q", q), ("k_summary", at(Buf::KSummary(l))), scores, pos],
+            &[("q", q), ("k_summary", at(Buf::KSummary(l, seq))), scores, pos],
             &[tokens, blocks],
         );
         self.launch(self.f.qsa_select(), &[scores, list, count, pos], &[tokens, blocks, ("budget", Value::Budget)]);
@@ -627,19 +644,25 @@ impl Forward {
                 }
                 _ => (q, k),
             };
-            let store = [
-                ("q", q),
-                ("k", k),
-                ("v", v),
-                ("k_cache", at(Buf::KCache(l))),
-                ("v_cache", at(Buf::VCache(l))),
-                ("k_summary", at(Buf::KSummary(l))),
-                ("cos_sin", at(if self.window(l).is_some() { Buf::CosSinLocal } else { Buf::CosSin })),
-                ("pos", at(Buf::Pos)),
-            ];
-            let sizes = [("tokens", count(t)), ("n_ctx", Value::Ctx), ("n_blocks", Value::Blocks)];
-            w.launch(self.rope_store(), &store, &sizes);
-            let merge_q8 = w.attention(l, q, t, pass.sparse_from.is_some_and(|first| l >= first), ly.o);
+            // Each sequence's keys and values into its own caches at its own positions.
+            let (seqs, per) = (pass.seqs.max(1), t / pass.seqs.max(1));
+            for seq in 0..seqs {
+                let column = |x: At, width: u32| At { buf: x.buf, offset: x.offset + seq * per * width };
+                let store = [
+                    ("q", column(q, qd)),
+                    ("k", column(k, kd)),
+                    ("v", column(v, kd)),
+                    ("k_cache", at(Buf::KCache(l, seq))),
+                    ("v_cache", at(Buf::VCache(l, seq))),
+                    ("k_summary", at(Buf::KSummary(l, seq))),
+                    ("cos_sin", at(if self.window(l).is_some() { Buf::CosSinLocal } else { Buf::CosSin })),
+                    ("pos", At { buf: Buf::Pos, offset: seq }),
+                ];
+                let sizes = [("tokens", count(per)), ("n_ctx", Value::Ctx), ("n_blocks", Value::Blocks)];
+                w.launch(self.rope_store(), &store, &sizes);
+            }
+            let sparse = pass.sparse_from.is_some_and(|first| l >= first);
+            let merge_q8 = w.attention(l, q, t, seqs, sparse, ly.o);
             w.products(at(Buf::AttnOut), t, &[(layer(l, Weight::O), ly.o, at(Buf::Proj))], merge_q8);
             let ffn_norm = Buf::Layer(l, Weight::FfnNorm);
             let (a, sum, next) = (residual(cur), residual(1 - cur), ffn_inputs(ly, t));

@@ -44,6 +44,7 @@ impl Model {
         let Some((t, logits)) = self.last_pass else { return Ok("no pass to replay".into()) };
         let Some(steps) = self.pass_steps(t, logits) else { return Ok("no pass to replay".into()) };
         let slot = self.slot;
+        self.pass_slots = vec![slot];
         let end = self.pos[slot];
         self.pos[slot] = end.saturating_sub(t);
         self.backend.write(self.s.pos, 0, &(self.pos[slot] as i32).to_le_bytes())?;
@@ -107,9 +108,12 @@ impl Model {
 /// The layer whose weights or caches a step's buffer belongs to.
 fn layer_of(buf: Buf) -> Option<u32> {
     match buf {
-        Buf::Layer(l, _) | Buf::KCache(l) | Buf::VCache(l) | Buf::KSummary(l) | Buf::SlotOf(l) | Buf::Pool(l, _) => {
-            Some(l)
-        }
+        Buf::Layer(l, _)
+        | Buf::KCache(l, _)
+        | Buf::VCache(l, _)
+        | Buf::KSummary(l, _)
+        | Buf::SlotOf(l)
+        | Buf::Pool(l, _) => Some(l),
         _ => None,
     }
 }

@@ -28,6 +28,13 @@ impl Compiled for Kernels {
     fn has(&mut self, op: &Op) -> bool {
         Kernels::has(self, op)
     }
+
+    fn attention_splits(&mut self, op: &Op) -> u32 {
+        match self.get(op).map(|k| k.tuning) {
+            Ok(Tuning::Attention(t)) => t.splits,
+            _ => strata_compiler::plan::rules::ATTENTION_SPLITS,
+        }
+    }
 }
 
 impl Layer {
@@ -52,16 +59,31 @@ impl Layer {
 }
 
 impl Model {
-    /// Queues the forward pass of `t` tokens whose ids are already in `ids` and first
-    /// position in the `pos` buffer; with `sparse`, layers past the first few attend to
-    /// QSA's selected blocks.
-    pub(super) fn enqueue(&mut self, ids: BufferId, t: u32, logits: Logits, sparse: bool) -> Result<(), RunError> {
+    /// Queues the forward pass of `t` tokens whose ids are already in `ids`, of the
+    /// sequences in `slots` (`t / slots.len()` columns each), whose first positions are
+    /// in the `pos` buffer; with `sparse` (one sequence), layers past the first few
+    /// attend to QSA's selected blocks.
+    pub(super) fn enqueue(
+        &mut self,
+        ids: BufferId,
+        t: u32,
+        slots: &[usize],
+        logits: Logits,
+        sparse: bool,
+    ) -> Result<(), RunError> {
+        let seqs = u32::try_from(slots.len()).unwrap_or(0);
+        if seqs == 0 || !t.is_multiple_of(seqs) || (sparse && seqs > 1) {
+            return Err(RunError::Other(format!("a pass of {t} tokens cannot hold {seqs} sequences")));
+        }
+        self.pass_slots.clear();
+        self.pass_slots.extend_from_slice(slots);
         let sparse_from = self.qsa.filter(|_| sparse).map(|_| qsa::DENSE_LAYERS as u32);
-        let steps = match self.passes.get(&(t, logits, sparse_from)) {
+        let steps = match self.passes.get(&(t, seqs, logits, sparse_from)) {
             Some(steps) => steps.clone(),
             None => {
                 let pass = Pass {
                     tokens: t,
+                    seqs,
                     logits,
                     sparse_from,
                     layers: &self.shapes,
@@ -70,7 +92,7 @@ impl Model {
                     gemm: t > self.window && self.chunk_gemm,
                 };
                 let steps: Arc<[Step]> = self.ops.steps(&pass, &mut self.kernels).into();
-                self.passes.insert((t, logits, sparse_from), steps.clone());
+                self.passes.insert((t, seqs, logits, sparse_from), steps.clone());
                 steps
             }
         };
@@ -80,10 +102,10 @@ impl Model {
         Ok(())
     }
 
-    /// The steps of the pass of `t` tokens with `logits` (as [`Model::enqueue`] made them
-    /// for a dense pass), if one was made.
+    /// The steps of the pass of `t` tokens of one sequence with `logits` (as
+    /// [`Model::enqueue`] made them for a dense pass), if one was made.
     pub(super) fn pass_steps(&self, t: u32, logits: Logits) -> Option<Arc<[Step]>> {
-        self.passes.get(&(t, logits, None)).cloned()
+        self.passes.get(&(t, 1, logits, None)).cloned()
     }
 
     /// Queues one step of a pass; a launch's kernel record is returned.
@@ -153,11 +175,12 @@ impl Model {
             Buf::CosSin => (s.cos_sin, 0),
             Buf::CosSinLocal => (s.cos_sin_local, 0),
             Buf::Logits => (s.logits, 0),
-            Buf::KCache(l) | Buf::VCache(l) | Buf::KSummary(l) => {
-                let cache = self.caches[self.slot].get(l as usize).ok_or_else(missing)?;
+            Buf::KCache(l, seq) | Buf::VCache(l, seq) | Buf::KSummary(l, seq) => {
+                let slot = *self.pass_slots.get(seq as usize).ok_or_else(missing)?;
+                let cache = self.caches[slot].get(l as usize).ok_or_else(missing)?;
                 let buf = match at.buf {
-                    Buf::KCache(_) => cache.k,
-                    Buf::VCache(_) => cache.v,
+                    Buf::KCache(..) => cache.k,
+                    Buf::VCache(..) => cache.v,
                     _ => cache.summary,
                 };
                 (buf, 0)

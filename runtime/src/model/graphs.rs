@@ -1,15 +1,21 @@
-//! Captured steps: the decode step (greedy, or leaving its logits) and the verify
-//! windows, each captured once per (slot, window, argmax or logits, sparse) as a graph (a
-//! CUDA graph on CUDA) and replayed after, so that a step costs one launch from the host.
+//! Captured steps: the decode step (greedy, or leaving its logits), the verify windows
+//! and the batched decode steps of several sequences, each captured once per (slots,
+//! window, argmax or logits, sparse) as a graph (a CUDA graph on CUDA) and replayed
+//! after, so that a step costs one launch from the host.
 //!
-//! A step bakes in its slot's caches, its window size and whether it attends sparsely;
-//! only the token ids and the position travel to the device before a replay. Where a
-//! mixture of experts is cached, the host picks experts between layers, so those passes
-//! run uncaptured.
+//! A step bakes in its sequences' caches, its window size and whether it attends
+//! sparsely; only the token ids and the positions travel to the device before a replay.
+//! Where a mixture of experts is cached, the host picks experts between layers, so those
+//! passes run uncaptured.
 
 use super::experts::Experts;
 use super::{Logits, Model};
 use crate::backend::RunError;
+
+/// Most batched passes captured, one graph per set of slots: beyond, a batch of a new set
+/// runs uncaptured (the backend keeps every graph it captured; sets of 32 slots could
+/// otherwise grow without bound).
+const MAX_BATCH_GRAPHS: usize = 64;
 
 impl Model {
     /// Decodes one token and returns the greedy next token, reading back only its id.
@@ -26,7 +32,7 @@ impl Model {
             self.backend.write(self.s.next, 0, &(token as i32).to_le_bytes())?;
         }
         self.backend.write(self.s.pos, 0, &(self.pos[slot] as i32).to_le_bytes())?;
-        self.replay_step(1, true)?;
+        self.replay_step(1, &[slot], true)?;
         self.pos[slot] += 1;
         let mut out = [0u8; 4];
         self.backend.read(self.s.next, 0, &mut out)?;
@@ -44,8 +50,89 @@ impl Model {
         }
         self.room(1)?;
         self.upload_ids(&[token])?;
-        self.replay_step(1, false)?;
+        self.replay_step(1, &[self.slot], false)?;
         self.pos[self.slot] += 1;
+        Ok(())
+    }
+
+    /// Decodes one token for each of several sequences, `(slot, token)`, in one pass
+    /// (each product reads its weights once for all of them; each sequence attends over
+    /// its own cache) and returns each one's greedy next token. Each row is computed as
+    /// decoding that token alone computes it. At most [`Model::window`] sequences, each
+    /// in its slot once, none attending sparsely (QSA: those decode alone).
+    pub fn decode_batch_greedy(&mut self, batch: &[(usize, u32)]) -> Result<Vec<u32>, RunError> {
+        if let [(slot, token)] = batch {
+            self.select(*slot)?;
+            return Ok(vec![self.decode_greedy(*token)?]);
+        }
+        if self.checked {
+            return self.batch_alone(batch, |m, token| m.decode_greedy(token));
+        }
+        self.batch_step(batch, true)?;
+        let mut out = vec![0u8; batch.len() * 4];
+        self.backend.read(self.s.next, 0, &mut out)?;
+        let ids: Vec<u32> = out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect();
+        self.on_device = batch.first().zip(ids.first()).map(|(&(slot, _), &id)| (slot, id));
+        Ok(ids)
+    }
+
+    /// As [`Model::decode_batch_greedy`], leaving each sequence's row of logits, in
+    /// batch order, for [`Model::logits`] (to sample).
+    pub fn decode_batch(&mut self, batch: &[(usize, u32)]) -> Result<(), RunError> {
+        if self.checked || batch.len() == 1 {
+            // One pass each, their logits gathered in order.
+            let mut rows = Vec::with_capacity(batch.len());
+            for &(slot, token) in batch {
+                self.select(slot)?;
+                self.decode(token)?;
+                rows.extend(self.logits(1)?);
+            }
+            let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
+            return self.backend.write(self.s.logits, 0, &bytes);
+        }
+        self.batch_step(batch, false)
+    }
+
+    /// Each of `batch` decoded alone by `decode` (checked runs).
+    fn batch_alone(
+        &mut self,
+        batch: &[(usize, u32)],
+        mut decode: impl FnMut(&mut Model, u32) -> Result<u32, RunError>,
+    ) -> Result<Vec<u32>, RunError> {
+        let mut ids = Vec::with_capacity(batch.len());
+        for &(slot, token) in batch {
+            self.select(slot)?;
+            ids.push(decode(self, token)?);
+        }
+        Ok(ids)
+    }
+
+    /// Checks a batch, writes its tokens and positions, and replays its pass.
+    fn batch_step(&mut self, batch: &[(usize, u32)], argmax: bool) -> Result<(), RunError> {
+        let n = batch.len();
+        if n == 0 || n > self.window as usize {
+            return Err(RunError::Other(format!("a batch takes 1 to {} sequences, not {n}", self.window)));
+        }
+        let slots: Vec<usize> = batch.iter().map(|&(slot, _)| slot).collect();
+        for (i, &slot) in slots.iter().enumerate() {
+            if slot >= self.pos.len() || slots[..i].contains(&slot) {
+                return Err(RunError::Other(format!("a batch names slot {slot} twice or of {}", self.pos.len())));
+            }
+            if self.pos[slot] >= self.n_ctx {
+                return Err(RunError::Other(format!("slot {slot}: the context is full at --ctx {}", self.n_ctx)));
+            }
+            if self.sparse_at(slot, 1) {
+                return Err(RunError::Other(format!("slot {slot} attends sparsely (QSA): it decodes alone")));
+            }
+        }
+        let ids: Vec<u8> = batch.iter().flat_map(|&(_, id)| (id as i32).to_le_bytes()).collect();
+        let pos: Vec<u8> = slots.iter().flat_map(|&slot| (self.pos[slot] as i32).to_le_bytes()).collect();
+        self.backend.write(self.s.ids, 0, &ids)?;
+        self.backend.write(self.s.pos, 0, &pos)?;
+        self.replay_step(n as u32, &slots, argmax)?;
+        for slot in slots {
+            self.pos[slot] += 1;
+        }
         Ok(())
     }
 
@@ -61,7 +148,7 @@ impl Model {
         }
         let t = self.room(tokens.len())?;
         self.upload_ids(tokens)?;
-        self.replay_step(t, true)?;
+        self.replay_step(t, &[self.slot], true)?;
         self.pos[self.slot] += t;
         let mut out = vec![0u8; tokens.len() * 4];
         self.backend.read(self.s.next, 0, &mut out)?;
@@ -79,40 +166,48 @@ impl Model {
         }
         let t = self.room(tokens.len())?;
         self.upload_ids(tokens)?;
-        self.replay_step(t, false)?;
+        self.replay_step(t, &[self.slot], false)?;
         self.pos[self.slot] += t;
         self.logits(t)
     }
 
-    /// Whether a pass of `t` tokens at the slot's position attends sparsely: QSA is on
-    /// and some token of it sees more than the budget.
-    fn sparse(&self, t: u32) -> bool {
-        self.qsa.is_some_and(|blocks| self.pos[self.slot] + t > blocks * self.block)
+    /// Whether `slot`'s next token must be decoded alone, not in a batch: its pass
+    /// attends sparsely (QSA), or its context is full.
+    pub fn decodes_alone(&self, slot: usize) -> bool {
+        self.pos.get(slot).is_none_or(|&pos| pos >= self.n_ctx) || self.sparse_at(slot, 1)
     }
 
-    /// Replays the captured pass of `t` tokens at the slot's position (capturing it on
-    /// first use), leaving every row's logits and, with `argmax`, their greedy ids in
-    /// `next`. Its token ids are read from `next` for a greedy single token (where the
-    /// last argmax left them), else from `ids`.
-    fn replay_step(&mut self, t: u32, argmax: bool) -> Result<(), RunError> {
-        let sparse = self.sparse(t);
-        if self.experts.as_ref().is_some_and(Experts::cached) {
-            // The host picks experts between layers: nothing to capture.
-            let ids = if t == 1 && argmax { self.s.next } else { self.s.ids };
-            self.enqueue(ids, t, Logits::All, sparse)?;
+    /// Whether a pass of `t` tokens at `slot`'s position attends sparsely: QSA is on and
+    /// some token of it sees more than the budget.
+    fn sparse_at(&self, slot: usize, t: u32) -> bool {
+        self.qsa.is_some_and(|blocks| self.pos[slot] + t > blocks * self.block)
+    }
+
+    /// Replays the captured pass of `t` tokens of the sequences in `slots` at their
+    /// positions (capturing it on first use), leaving every row's logits and, with
+    /// `argmax`, their greedy ids in `next`. Its token ids are read from `next` for a
+    /// greedy single token (where the last argmax left them), else from `ids`.
+    fn replay_step(&mut self, t: u32, slots: &[usize], argmax: bool) -> Result<(), RunError> {
+        let sparse = slots.len() == 1 && self.sparse_at(slots[0], t);
+        let ids = if t == 1 && argmax { self.s.next } else { self.s.ids };
+        let key = (slots.to_vec(), t, argmax, sparse);
+        let batches = || self.graphs.keys().filter(|(slots, ..)| slots.len() > 1).count();
+        let uncaptured = slots.len() > 1 && !self.graphs.contains_key(&key) && batches() >= MAX_BATCH_GRAPHS;
+        if uncaptured || self.experts.as_ref().is_some_and(Experts::cached) {
+            // The host picks experts between layers (or the batch's set of slots is one
+            // too many): nothing to capture.
+            self.enqueue(ids, t, slots, Logits::All, sparse)?;
             if argmax {
                 self.enqueue_argmax(t)?;
             }
             return self.end_pass(t);
         }
-        let key = (self.slot, t, argmax, sparse);
         let graph = match self.graphs.get(&key) {
             Some(&g) => g,
             None => {
-                let ids = if t == 1 && argmax { self.s.next } else { self.s.ids };
                 self.backend.begin_capture()?;
                 let queued = self
-                    .enqueue(ids, t, Logits::All, sparse)
+                    .enqueue(ids, t, slots, Logits::All, sparse)
                     .and_then(|()| if argmax { self.enqueue_argmax(t) } else { Ok(()) });
                 let graph = self.backend.end_capture();
                 queued?;

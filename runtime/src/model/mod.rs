@@ -49,6 +49,9 @@ use strata_compiler::plan::{MAX_WINDOW, Tuning, rules};
 use crate::backend::{Backend, GraphId, RunError};
 use crate::kernels::Kernels;
 
+/// A kind of pass: (tokens, sequences, logits, first sparse layer).
+type PassKey = (u32, u32, Logits, Option<u32>);
+
 /// A model ready to run on a backend.
 pub struct Model {
     /// The model's shape.
@@ -76,17 +79,19 @@ pub struct Model {
     pub(crate) ops: Forward,
     /// Each layer's products, as the steps of a pass name them.
     shapes: Vec<LayerShape>,
-    /// The steps of each kind of pass made so far, by (tokens, logits, first sparse layer).
-    passes: HashMap<(u32, Logits, Option<u32>), Arc<[Step]>>,
+    /// The steps of each kind of pass made so far.
+    passes: HashMap<PassKey, Arc<[Step]>>,
     /// QSA's budget in blocks, where decode passes attend sparsely.
     qsa: Option<u32>,
     /// The slot forward passes run on.
     pub(crate) slot: usize,
+    /// The slots of the sequences of the pass being queued, in column order.
+    pass_slots: Vec<usize>,
     /// Per slot: tokens in its KV cache.
     pos: Vec<u32>,
-    /// Captured steps by (slot, tokens, with argmax, sparse): a step bakes in its slot's
-    /// caches, its window size and whether it attends sparsely.
-    graphs: HashMap<(usize, u32, bool, bool), GraphId>,
+    /// Captured steps by (slots, tokens, with argmax, sparse): a step bakes in its
+    /// sequences' caches, its window size and whether it attends sparsely.
+    graphs: HashMap<(Vec<usize>, u32, bool, bool), GraphId>,
     /// The (slot, token) in `next[0]` on the device, as last read back.
     on_device: Option<(usize, u32)>,
     /// Mixture-of-experts packs: the experts' pools and cache.
@@ -246,6 +251,7 @@ impl Model {
             passes: HashMap::new(),
             qsa: None,
             slot: 0,
+            pass_slots: Vec::new(),
             pos: vec![0; slots],
             graphs: HashMap::new(),
             on_device: None,
@@ -363,7 +369,7 @@ impl Model {
     pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<(), RunError> {
         let t = self.room(tokens.len())?;
         self.upload_ids(tokens)?;
-        self.enqueue(self.s.ids, t, logits, false)?;
+        self.enqueue(self.s.ids, t, &[self.slot], logits, false)?;
         self.end_pass(t)?;
         self.pos[self.slot] += t;
         self.last_pass = Some((t, logits));

@@ -190,6 +190,13 @@ enum Command {
         /// Largest request body in bytes (larger: 413).
         #[arg(long, default_value_t = 4 << 20)]
         body_limit: usize,
+        /// Tokens one round of the engine reads at most: each decoding request's one,
+        /// and prompt chunks (of --prefill at most) within the rest, oldest request
+        /// first, at least one token of one prompt a round. Smaller keeps the decoding
+        /// requests' token gaps short while a long prompt is read; larger reads prompts
+        /// faster.
+        #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
+        batch_tokens: u64,
         /// Requests queued for a slot beyond --parallel; more are answered 503 with
         /// Retry-After.
         #[arg(long, default_value_t = 64)]
@@ -710,6 +717,7 @@ fn run(cli: Cli) -> Result<()> {
             served_model_name,
             log_format,
             parallel,
+            batch_tokens,
             body_limit,
             queue,
             max_connections,
@@ -747,6 +755,7 @@ fn run(cli: Cli) -> Result<()> {
                 served_model_names,
                 body_limit,
                 max_queue: queue,
+                batch_tokens: usize::try_from(batch_tokens).unwrap_or(usize::MAX),
                 parse_special,
                 limits,
             };

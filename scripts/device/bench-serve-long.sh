@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# A long prompt arriving while streams decode (issue 22), on the device machine: for each
+# --batch-tokens B of BATCH (default "128 512 2048"), `strata-run serve --parallel 9
+# --ctx CTX` on the Llama-8B Q4_0 shape (synthetic, scripts/device/bench-packs.sh; the
+# artifacts of .device/serve/llama8b-Q4_0), 8 streams decoding and a LONG-token prompt
+# (default 16000) arriving (scripts/device/long_prompt_bench.py): its time to first token
+# and the streams' token gaps before and while it is read. Prints a table last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/device/bench-packs.sh
+packs=${PACKS:-/tmp/strata-packs}
+out=${OUT:-/tmp}/serve-long
+mkdir -p "$packs" "$out"
+export STRATA_CACHE=/tmp/strata-cache
+long=${LONG:-16000}
+ctx=$((long + 1024))
+name=llama8b-Q4_0
+synth_bench_pack .device/bin/strata-compile "$packs" $name llama-8b Q4_0 -
+summary=()
+for b in ${BATCH:-128 512 2048}; do
+    log=$out/serve-$b.log
+    .device/bin/strata-run serve --pack "$packs/$name.gguf" --artifacts .device/serve/$name --parallel 9 \
+        --ctx $ctx --batch-tokens "$b" --port 18080 >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do grep -q ' ready: ' "$log" && break; kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+    line=$(python3 scripts/device/long_prompt_bench.py http://127.0.0.1:18080 8 "$long" 512 2>&1 | tail -1)
+    echo "--batch-tokens $b: $line"
+    summary+=("$b|$line")
+    kill $pid 2>/dev/null
+    wait $pid 2>/dev/null
+done
+rm -f "$packs/$name.gguf"
+echo
+echo "== 8 streams decoding, a $long-token prompt arriving (Llama-8B Q4_0 shape)"
+printf '%s\n' "${summary[@]}" | tr '|' '\t'

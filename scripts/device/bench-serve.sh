@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Serving many streams (issue 22), on the device machine, in one run: for the SmolLM2 and
+# Llama-8B Q4_0 shapes (synthetic packs, scripts/device/bench-packs.sh), `strata-run serve
+# --parallel 32` with the artifacts of .device/serve/<pack> (compiled with --spec 16, so a
+# batched pass holds up to 16 sequences), then: the aggregate decode rate of N streaming
+# clients (scripts/device/serve_bench.py, N in STREAMS, default "1 4 8 16 32", MAX tokens
+# each, default 128); the same with the binaries of .device/binprev where carried (before
+# batched decode: one sequence a pass, in turn), for 1 and 8; and batched text against
+# each request alone (scripts/device/batch_check.py, 8 requests). Prints a table last.
+#
+# Needs .device/bin (new binaries), .device/serve/<pack>/; optional .device/binprev.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/device/bench-packs.sh
+packs=${PACKS:-/tmp/strata-packs}
+out=${OUT:-/tmp}/serve
+mkdir -p "$packs" "$out"
+export STRATA_CACHE=/tmp/strata-cache
+streams=${STREAMS:-1 4 8 16 32}
+max=${MAX:-128}
+summary=()
+serve() { # BIN PACK ART LOG: starts serve, waits for ready; prints the pid
+    "$1/strata-run" serve --pack "$2" --artifacts "$3" --parallel 32 --port 18080 --ctx 1024 >"$4" 2>&1 &
+    local pid=$!
+    for _ in $(seq 600); do grep -q ' ready: ' "$4" && break; kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+    echo $pid
+}
+while read -r name preset types layers; do
+    art=.device/serve/$name
+    [ -d "$art" ] || continue
+    [ -n "${ONLY:-}" ] && ! [[ "$name" =~ $ONLY ]] && continue
+    synth_bench_pack .device/bin/strata-compile "$packs" "$name" "$preset" "$types" "$layers"
+    pack=$packs/$name.gguf
+    for bin in .device/binprev .device/bin; do
+        [ -x "$bin/strata-run" ] || continue
+        label=$(basename "$bin")
+        pid=$(serve "$bin" "$pack" "$art" "$out/$name-$label.log")
+        if ! grep -q ' ready: ' "$out/$name-$label.log"; then
+            tail -5 "$out/$name-$label.log"
+            summary+=("$name|$label|not ready")
+            kill "$pid" 2>/dev/null
+            continue
+        fi
+        ns=$streams
+        [ "$label" = binprev ] && ns="1 8"
+        for n in $ns; do
+            line=$(python3 scripts/device/serve_bench.py http://127.0.0.1:18080 "$n" "$max")
+            echo "$name $label: $line"
+            summary+=("$name|$label|$n|$(grep -o '= [0-9.]* t/s' <<<"$line" | tr -d '= ')")
+        done
+        if [ "$label" = bin ]; then
+            check=$(python3 scripts/device/batch_check.py http://127.0.0.1:18080 8)
+            echo "$check"
+            summary+=("$name|check|$(head -1 <<<"$check")")
+        fi
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    rm -f "$pack"
+done < <(bench_packs)
+echo
+echo "== aggregate decode t/s by concurrent streams (binprev: before batched decode)"
+printf '%s\n' "${summary[@]}" | tr '|' '\t'
