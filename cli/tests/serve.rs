@@ -146,6 +146,25 @@ fn concurrent_clients_all_complete_and_a_disconnect_frees_its_slot() {
     assert!(start.elapsed() < Duration::from_secs(40), "the slot was freed after {:?}", start.elapsed());
 }
 
+/// Each completion `bodies` asks for, first one at a time, then all at once: the texts
+/// (each answered 200) alone and together.
+fn alone_and_together(server: &Server, bodies: &[Value]) -> (Vec<String>, Vec<(String, Value)>) {
+    let text = |(status, v): (u16, Value)| {
+        assert_eq!(status, 200, "{v}");
+        (v["choices"][0]["text"].as_str().expect("text").to_owned(), v)
+    };
+    let alone = bodies.iter().map(|b| text(server.post("/v1/completions", b)).0).collect();
+    let client = server.client;
+    let together: Vec<_> = bodies
+        .iter()
+        .map(|b| {
+            let b = b.clone();
+            std::thread::spawn(move || client.post("/v1/completions", &b))
+        })
+        .collect();
+    (alone, together.into_iter().map(|c| text(c.join().expect("client"))).collect())
+}
+
 #[test]
 fn concurrent_greedy_requests_decode_in_batches_and_each_gets_its_text_alone() {
     let Some(server) = Server::start(&["--parallel", "8"], &[], "ready") else { return };
@@ -161,27 +180,15 @@ fn concurrent_greedy_requests_decode_in_batches_and_each_gets_its_text_alone() {
         "1, 2, 3, 4,",
         "The quick brown fox jumps over the lazy dog. The quick brown fox",
     ];
-    let body = |i: usize| json!({ "prompt": prompts[i], "max_tokens": 6 + i, "temperature": 0, "cache_prompt": false });
-    let text = |v: &Value| v["choices"][0]["text"].as_str().expect("text").to_owned();
-    let alone: Vec<String> = (0..prompts.len())
-        .map(|i| {
-            let (status, v) = server.post("/v1/completions", &body(i));
-            assert_eq!(status, 200, "{v}");
-            text(&v)
-        })
+    let bodies: Vec<Value> = (0..prompts.len())
+        .map(|i| json!({ "prompt": prompts[i], "max_tokens": 6 + i, "temperature": 0, "cache_prompt": false }))
         .collect();
-    assert_eq!(server.metric("decode_batches_total"), 0.0, "one request at a time decodes alone");
-    let client = server.client;
-    let together: Vec<_> = (0..prompts.len())
-        .map(|i| {
-            let (s, body) = (client, body(i));
-            std::thread::spawn(move || s.post("/v1/completions", &body))
-        })
-        .collect();
-    for (i, c) in together.into_iter().enumerate() {
-        let (status, v) = c.join().expect("client");
-        assert_eq!(status, 200, "{v}");
-        assert_eq!(text(&v), alone[i], "request {i}: batched vs alone");
+    let (alone, together) = alone_and_together(&server, &bodies[..1]);
+    assert_eq!(alone[0], together[0].0);
+    assert_eq!(server.metric("decode_batches_total"), 0.0, "a request by itself decodes alone");
+    let (alone, together) = alone_and_together(&server, &bodies);
+    for (i, (text, v)) in together.iter().enumerate() {
+        assert_eq!(*text, alone[i], "request {i}: batched vs alone");
         assert_eq!(v["usage"]["completion_tokens"].as_u64().map(|n| n <= 6 + i as u64), Some(true), "{v}");
     }
     let (batches, sequences) = (server.metric("decode_batches_total"), server.metric("decode_batched_sequences_total"));
@@ -193,22 +200,11 @@ fn a_small_step_budget_reads_a_long_prompt_in_pieces_beside_a_decoding_request()
     // 8 tokens a round: one for the decoding request, the rest for the long prompt.
     let Some(server) = Server::start(&["--parallel", "2", "--batch-tokens", "8"], &[], "ready") else { return };
     let long = format!("{PROMPT} Paris. {}", "The river that runs through it is the Seine. ".repeat(6));
-    let requests = [(PROMPT.to_owned(), 24), (long, 4)];
-    let body = |(prompt, n): &(String, usize)| json!({ "prompt": prompt, "max_tokens": n, "temperature": 0, "cache_prompt": false });
-    let text = |v: &Value| v["choices"][0]["text"].as_str().expect("text").to_owned();
-    let alone: Vec<String> = requests.iter().map(|r| text(&server.post("/v1/completions", &body(r)).1)).collect();
-    let client = server.client;
-    let together: Vec<_> = requests
-        .iter()
-        .map(|r| {
-            let body = body(r);
-            std::thread::spawn(move || client.post("/v1/completions", &body))
-        })
-        .collect();
-    for (i, c) in together.into_iter().enumerate() {
-        let (status, v) = c.join().expect("client");
-        assert_eq!(status, 200, "{v}");
-        assert_eq!(text(&v), alone[i], "request {i}: read in budgeted pieces vs alone");
+    let bodies = [(PROMPT.to_owned(), 24), (long, 4)]
+        .map(|(prompt, n)| json!({ "prompt": prompt, "max_tokens": n, "temperature": 0, "cache_prompt": false }));
+    let (alone, together) = alone_and_together(&server, &bodies);
+    for (i, (text, _)) in together.iter().enumerate() {
+        assert_eq!(*text, alone[i], "request {i}: read in budgeted pieces vs alone");
     }
 }
 
