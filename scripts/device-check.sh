@@ -129,7 +129,7 @@ if [ -f "$model" ]; then
     "$run" serve --pack "$model" --artifacts "$dev/art-run/smollm2-sm_90" --parallel 8 --port 18080 --ctx 1024 \
         >"$OUT/serve.log" 2>&1 &
     serve_pid=$!
-    for _ in $(seq 120); do grep -q '^ready' "$OUT/serve.log" && break; sleep 0.5; done
+    for _ in $(seq 120); do grep -q ' ready: ' "$OUT/serve.log" && break; sleep 0.5; done
     for clients in 1 8; do
         line=$(python3 scripts/device/serve_bench.py http://127.0.0.1:18080 $clients 256)
         echo "$line"
