@@ -313,3 +313,57 @@ fn a_batch_of_sequences_decodes_as_each_does_alone() {
         assert_eq!(batched, alone, "{}: batched vs alone", preset.name());
     }
 }
+
+/// Batches of more sets of slots than the model captures graphs for (the rest run
+/// uncaptured) still decode each sequence as it decodes alone.
+#[test]
+fn batches_beyond_the_captured_sets_of_slots_decode_as_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = write_pack(dir.path(), Preset::TinyLlama, &[GgmlType::Q4_0, GgmlType::Q8_0]);
+    let open = || {
+        let spec = SpeculativeConfig { window: 8, draft_max: Some(0), ..SpeculativeConfig::OFF };
+        let opts = OpenOptions {
+            backend: BackendChoice::Cpu,
+            ctx: Some(64),
+            prefill: 8,
+            slots: 8,
+            spec,
+            ..OpenOptions::default()
+        };
+        session::open(&pack, &opts, &mut |_| {}).expect("opens on the CPU")
+    };
+    // 80 sets of two or more of the 8 slots; each slot takes part in about 40.
+    let sets: Vec<Vec<usize>> = (3u32..256)
+        .filter(|m| m.count_ones() >= 2)
+        .step_by(2)
+        .take(80)
+        .map(|m| (0..8).filter(|i| m & (1 << i) != 0).collect())
+        .collect();
+    let steps: Vec<usize> = (0..8).map(|i| sets.iter().filter(|s| s.contains(&i)).count()).collect();
+    let start = |s: &mut Session, slot: usize| {
+        s.model.select(slot).expect("a slot");
+        s.model.reset();
+        s.model.forward(&[slot as u32 + 1, 7, 9], strata_runtime::model::Logits::Last).expect("reads");
+        s.model.argmax(1).expect("argmax")[0]
+    };
+    let mut s = open();
+    let alone: Vec<Vec<u32>> = (0..8)
+        .map(|slot| {
+            let mut seq = vec![start(&mut s, slot)];
+            for _ in 0..steps[slot] {
+                let next = s.model.decode_greedy(*seq.last().unwrap()).expect("decodes");
+                seq.push(next);
+            }
+            seq
+        })
+        .collect();
+    let mut s = open();
+    let mut batched: Vec<Vec<u32>> = (0..8).map(|slot| vec![start(&mut s, slot)]).collect();
+    for set in &sets {
+        let batch: Vec<(usize, u32)> = set.iter().map(|&i| (i, *batched[i].last().unwrap())).collect();
+        for (&i, next) in set.iter().zip(s.model.decode_batch_greedy(&batch).expect("a batch decodes")) {
+            batched[i].push(next);
+        }
+    }
+    assert_eq!(batched, alone);
+}
