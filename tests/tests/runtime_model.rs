@@ -222,6 +222,14 @@ fn every_quant_type_decodes_without_speculation_or_int8() {
     }
 }
 
+/// A CPU session of `slots` sequence slots, batches of up to `slots` (windows as wide).
+fn open_slots(pack: &Path, slots: usize) -> Session {
+    let spec = SpeculativeConfig { window: slots as u32, draft_max: Some(0), ..SpeculativeConfig::OFF };
+    let opts =
+        OpenOptions { backend: BackendChoice::Cpu, ctx: Some(64), prefill: 8, slots, spec, ..OpenOptions::default() };
+    session::open(pack, &opts, &mut |_| {}).expect("opens on the CPU")
+}
+
 fn greedy(logits: &[f32]) -> u32 {
     strata_runtime::sampler::top_k(logits, 1)[0].0
 }
@@ -236,18 +244,7 @@ fn a_batch_of_sequences_decodes_as_each_does_alone() {
     let presets = [Preset::TinyLlama, Preset::TinyQwen3, Preset::TinyGemma3, Preset::TinyQwen3Moe];
     for preset in presets {
         let pack = write_pack(dir.path(), preset, &[GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::IQ4_XS]);
-        let open = || {
-            let spec = SpeculativeConfig { window: 4, draft_max: Some(0), ..SpeculativeConfig::OFF };
-            let opts = OpenOptions {
-                backend: BackendChoice::Cpu,
-                ctx: Some(64),
-                prefill: 8,
-                slots: 4,
-                spec,
-                ..OpenOptions::default()
-            };
-            session::open(&pack, &opts, &mut |_| {}).expect("opens on the CPU")
-        };
+        let open = || open_slots(&pack, 4);
         // Four prompts of different lengths, each read into its own slot: the first token.
         let prompts: Vec<Vec<u32>> = [3usize, 7, 12, 20]
             .iter()
@@ -320,18 +317,7 @@ fn a_batch_of_sequences_decodes_as_each_does_alone() {
 fn batches_beyond_the_captured_sets_of_slots_decode_as_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
     let pack = write_pack(dir.path(), Preset::TinyLlama, &[GgmlType::Q4_0, GgmlType::Q8_0]);
-    let open = || {
-        let spec = SpeculativeConfig { window: 8, draft_max: Some(0), ..SpeculativeConfig::OFF };
-        let opts = OpenOptions {
-            backend: BackendChoice::Cpu,
-            ctx: Some(64),
-            prefill: 8,
-            slots: 8,
-            spec,
-            ..OpenOptions::default()
-        };
-        session::open(&pack, &opts, &mut |_| {}).expect("opens on the CPU")
-    };
+    let open = || open_slots(&pack, 8);
     // 80 sets of two or more of the 8 slots; each slot takes part in about 40.
     let sets: Vec<Vec<usize>> = (3u32..256)
         .filter(|m| m.count_ones() >= 2)
