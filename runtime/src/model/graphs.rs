@@ -66,12 +66,16 @@ impl Model {
             return Ok(vec![self.decode_greedy(*token)?]);
         }
         if self.checked {
-            return self.batch_alone(batch, |m, token| m.decode_greedy(token));
+            // One checked pass each.
+            let mut ids = Vec::with_capacity(batch.len());
+            for &(slot, token) in batch {
+                self.select(slot)?;
+                ids.push(self.decode_greedy(token)?);
+            }
+            return Ok(ids);
         }
         self.batch_step(batch, true)?;
-        let mut out = vec![0u8; batch.len() * 4];
-        self.backend.read(self.s.next, 0, &mut out)?;
-        let ids: Vec<u32> = out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect();
+        let ids = self.read_next(batch.len())?;
         self.on_device = batch.first().zip(ids.first()).map(|(&(slot, _), &id)| (slot, id));
         Ok(ids)
     }
@@ -91,20 +95,6 @@ impl Model {
             return self.backend.write(self.s.logits, 0, &bytes);
         }
         self.batch_step(batch, false)
-    }
-
-    /// Each of `batch` decoded alone by `decode` (checked runs).
-    fn batch_alone(
-        &mut self,
-        batch: &[(usize, u32)],
-        mut decode: impl FnMut(&mut Model, u32) -> Result<u32, RunError>,
-    ) -> Result<Vec<u32>, RunError> {
-        let mut ids = Vec::with_capacity(batch.len());
-        for &(slot, token) in batch {
-            self.select(slot)?;
-            ids.push(decode(self, token)?);
-        }
-        Ok(ids)
     }
 
     /// Checks a batch, writes its tokens and positions, and replays its pass.
@@ -150,9 +140,7 @@ impl Model {
         self.upload_ids(tokens)?;
         self.replay_step(t, &[self.slot], true)?;
         self.pos[self.slot] += t;
-        let mut out = vec![0u8; tokens.len() * 4];
-        self.backend.read(self.s.next, 0, &mut out)?;
-        let ids: Vec<u32> = out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect();
+        let ids = self.read_next(tokens.len())?;
         self.on_device = ids.first().map(|&id| (self.slot, id));
         Ok(ids)
     }

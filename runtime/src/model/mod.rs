@@ -400,11 +400,16 @@ impl Model {
             self.check_logits(rows)?;
         }
         self.enqueue_argmax(rows)?;
-        let mut out = vec![0u8; rows as usize * 4];
-        self.backend.read(self.s.next, 0, &mut out)?;
-        let ids: Vec<u32> = out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect();
+        let ids = self.read_next(rows as usize)?;
         self.on_device = ids.first().map(|&id| (self.slot, id));
         Ok(ids)
+    }
+
+    /// The first `n` token ids in `next` (where the argmax leaves them).
+    fn read_next(&mut self, n: usize) -> Result<Vec<u32>, RunError> {
+        let mut out = vec![0u8; n * 4];
+        self.backend.read(self.s.next, 0, &mut out)?;
+        Ok(out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect())
     }
 
     /// Reads `rows` rows of logits left by the last forward pass.
