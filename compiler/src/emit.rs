@@ -76,6 +76,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("ops/gemm", include_str!("../../templates/ops/gemm.cu.hbs")),
     ("ops/gemv", include_str!("../../templates/ops/gemv.cu.hbs")),
     ("ops/gemv_q8", include_str!("../../templates/ops/gemv_q8.cu.hbs")),
+    ("ops/gemv_mma", include_str!("../../templates/ops/gemv_mma.cu.hbs")),
     ("ops/gemm_q8", include_str!("../../templates/ops/gemm_q8.cu.hbs")),
     ("ops/gemm_stream_k", include_str!("../../templates/ops/gemm_stream_k.cu.hbs")),
     ("ops/expert_select", include_str!("../../templates/ops/expert_select.cu.hbs")),
@@ -175,7 +176,7 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
     };
     // The matrix unit, where a kernel uses one: the preludes then define its instruction
     // primitive (`wmma`, `mfma`; the CUDA prelude emulates gfx11's WMMA).
-    let unit = plan.kernels.iter().any(|k| k.op.def().uses_matrix_unit()).then(|| rules::matrix_unit(target));
+    let unit = plan.kernels.iter().any(|k| k.op.def().uses_matrix_unit(k)).then(|| rules::matrix_unit(target));
     let head = json!({
         "target": target.name,
         "arch": target.build.arch,

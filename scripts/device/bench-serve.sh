@@ -6,9 +6,14 @@
 # clients (scripts/device/serve_bench.py, N in STREAMS, default "1 4 8 16 32", MAX tokens
 # each, default 128); the same with the binaries of .device/binprev where carried (before
 # batched decode: one sequence a pass, in turn), for 1 and 8; and batched text against
-# each request alone (scripts/device/batch_check.py, 8 requests). Prints a table last.
+# each request alone (scripts/device/batch_check.py, 8 requests); and, unless PEER=0, the
+# peer on the same pack: llama.cpp's llama-batched-bench (scripts/device/llama-bench.sh,
+# built while the packs are made; EXPORT_DIR=$OUT/peer hands a fresh build back), N
+# sequences of a 128-token prompt each decoding MAX tokens, its S_TG being the same
+# aggregate decode rate. Prints a table last.
 #
-# Needs .device/bin (new binaries), .device/serve/<pack>/; optional .device/binprev.
+# Needs .device/bin (new binaries), .device/serve/<pack>/ (ARTS=DIR: DIR/<pack>/ instead, another
+# build of the same packs); optional .device/binprev.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device/bench-packs.sh
@@ -19,6 +24,21 @@ export STRATA_CACHE=/tmp/strata-cache
 streams=${STREAMS:-1 4 8 16 32}
 max=${MAX:-128}
 summary=()
+peer=${PEER:-1}
+if [ "$peer" = 1 ]; then
+    EXPORT_DIR=${OUT:-/tmp}/peer bash scripts/device/llama-bench.sh llama-batched-bench >"$out/peer-build.log" 2>&1 &
+    build=$!
+fi
+while read -r name preset types layers; do
+    [ -d "${ARTS:-.device/serve}/$name" ] || continue
+    [ -n "${ONLY:-}" ] && ! [[ "$name" =~ $ONLY ]] && continue
+    synth_bench_pack .device/bin/strata-compile "$packs" "$name" "$preset" "$types" "$layers"
+done < <(bench_packs)
+if [ "$peer" = 1 ] && ! wait $build; then
+    tail -5 "$out/peer-build.log"
+    summary+=("llama.cpp|build failed")
+    peer=0
+fi
 serve() { # BIN PACK ART LOG: starts serve, waits for ready; prints the pid
     "$1/strata-run" serve --pack "$2" --artifacts "$3" --parallel 32 --port 18080 --ctx 1024 >"$4" 2>&1 &
     local pid=$!
@@ -26,10 +46,9 @@ serve() { # BIN PACK ART LOG: starts serve, waits for ready; prints the pid
     echo $pid
 }
 while read -r name preset types layers; do
-    art=.device/serve/$name
+    art=${ARTS:-.device/serve}/$name
     [ -d "$art" ] || continue
     [ -n "${ONLY:-}" ] && ! [[ "$name" =~ $ONLY ]] && continue
-    synth_bench_pack .device/bin/strata-compile "$packs" "$name" "$preset" "$types" "$layers"
     pack=$packs/$name.gguf
     for bin in .device/binprev .device/bin; do
         [ -x "$bin/strata-run" ] || continue
@@ -56,8 +75,26 @@ while read -r name preset types layers; do
         kill "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
     done
+    if [ "$peer" = 1 ]; then
+        pl=$(tr ' ' , <<<"$streams")
+        /tmp/llb/bin/llama-batched-bench -m "$pack" -ngl 99 -fa on -c $((32 * (128 + max))) -b 2048 -ub 512 \
+            -npp 128 -ntg "$max" -npl "$pl" --output-format jsonl >"$out/$name-peer.jsonl" 2>"$out/$name-peer.log"
+        while read -r n rate; do
+            echo "$name llama.cpp: $n streams: $rate t/s"
+            summary+=("$name|llama.cpp|$n|$rate")
+        done < <(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if "speed_tg" in r:
+        print(r["pl"], "%.1f" % r["speed_tg"])
+' "$out/$name-peer.jsonl")
+    fi
     rm -f "$pack"
 done < <(bench_packs)
 echo
-echo "== aggregate decode t/s by concurrent streams (binprev: before batched decode)"
+echo "== aggregate decode t/s by concurrent streams (binprev: before batched decode; llama.cpp: llama-batched-bench S_TG)"
 printf '%s\n' "${summary[@]}" | tr '|' '\t'

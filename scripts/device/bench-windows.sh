@@ -8,7 +8,8 @@
 # by WINDOWS=1 scripts/prepare-bench.sh); no cargo. The two-layer packs are made again
 # here by the same command as there (scripts/device/bench-packs.sh), so the artifacts'
 # pack fingerprints match. ONLY=REGEX runs only the packs whose names match. Full output
-# per pack goes to $OUT/bench-windows/<pack>.txt.
+# per pack goes to $OUT/bench-windows/<pack>.txt. ARCHIVES=DIR reads the artifacts from DIR
+# instead of .device/bench-windows (another build of the same packs, for comparisons).
 #
 # GEMM=T also times each GEMM of the pack at T tokens (`--gemm-tokens`: its weights rotated
 # as the GEMVs' are), the path a verify window of T could take instead, and so the GEMMs of
@@ -28,7 +29,7 @@ summary=()
 gemm_rows=()
 start=$SECONDS
 while read -r name preset types _layers; do
-    archive=.device/bench-windows/$name.tar.xz
+    archive=${ARCHIVES:-.device/bench-windows}/$name.tar.xz
     [ -f "$archive" ] || continue
     [ -n "${ONLY:-}" ] && ! [[ "$name" =~ $ONLY ]] && continue
     t0=$SECONDS

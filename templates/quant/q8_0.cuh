@@ -19,6 +19,17 @@ STRATA_DEVICE strata_w32 strata_decode32_q8_0(const u8* STRATA_RESTRICT row, u32
     c.b = 0.0f;
     return c;
 }
+// Matrix-unit fragment (strata_frag8): words q and 4 + q of qs, which is 2-byte aligned in
+// a 2-byte aligned row: halfword loads.
+STRATA_DEVICE strata_frag8 strata_frag8_q8_0(const u8* STRATA_RESTRICT row, u32 chunk, u32 q) {
+    const u8* b = row + 34u * chunk;
+    const u16* h = (const u16*)(b + 2u + 4u * q);
+    strata_frag8 f;
+    f.lo = (u32)h[0] | ((u32)h[1] << 16);
+    f.hi = (u32)h[8] | ((u32)h[9] << 16);
+    f.d = strata_f16_to_f32(*(const u16*)b);
+    return f;
+}
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).
 STRATA_DEVICE float strata_dot32_q8_0(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
     return strata_dot_w32(strata_decode32_q8_0(row, chunk, table), q, qsum);

@@ -8,7 +8,8 @@ use strata_compiler::artifacts::{self, CompileError, Request, Stage};
 use strata_compiler::build::{Resources, Toolchain};
 use strata_compiler::ops::{self, Op};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{Int8Dot, Options, Tuning};
+use strata_compiler::plan::{Int8Dot, MatrixUnit, Options, Tuning, rules};
+use strata_compiler::quant::GgmlType;
 use strata_compiler::target::{self, Target, Vendor};
 use strata_tests::{every_type_packs, toolchain};
 
@@ -176,12 +177,51 @@ fn int8_gemvs_compile_for_every_target_without_spills_also_checked() {
                 .kernels
                 .iter()
                 .filter_map(|k| match (&k.kernel.op, &k.kernel.tuning) {
-                    (Op::Gemv(ops::Gemv { quant, .. }), Tuning::GemvQ8(_)) => Some(*quant),
+                    (Op::Gemv(ops::Gemv { quant, .. }), Tuning::GemvMma(_) | Tuning::GemvQ8(_)) => Some(*quant),
                     _ => None,
                 })
                 .collect();
             assert_eq!(int8.len(), strata_compiler::plan::rules::INT8_DOT.len(), "{}: {int8:?}", target.name);
             assert!(m.kernels.iter().any(|k| matches!(k.kernel.op, Op::QuantizeQ8(_))));
+            for k in &m.kernels {
+                let spills = k.resources.spills().filter(|s| *s > 0);
+                assert_eq!(spills, None, "{} {}: {:?}", target.name, k.kernel.name, k.resources);
+            }
+        }
+    }
+}
+
+/// The matrix-unit GEMVs (opt-in): every `mma.sync` target takes them for Q4_0 and Q8_0
+/// in windows of one and two tiles, without spills, checked builds too; a target without
+/// `mma.sync` (gfx1100) keeps the int8-dot GEMV.
+#[test]
+fn matrix_unit_gemvs_compile_for_every_mma_sync_target() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = Pack::open(&every_type_packs(dir.path())[0]).expect("opens");
+    for target in target::known() {
+        let mma = rules::matrix_unit(&target) == MatrixUnit::MmaSync;
+        if !mma && target.name != "gfx1100" {
+            continue;
+        }
+        for checked in [false, true].into_iter().filter(|c| !c || target.name == "sm_90") {
+            let out = dir.path().join(format!("mma-{}-{checked}", target.name));
+            let options =
+                Options { verify_window: 9, checked, int8: Int8Dot::Always, gemv_mma: true, ..Options::default() };
+            let m = compile(&pack, &target, options, &out, &tools).unwrap_or_else(|e| panic!("{}: {e}", target.name));
+            let taken: std::collections::BTreeSet<_> = m
+                .kernels
+                .iter()
+                .filter_map(|k| match (&k.kernel.op, &k.kernel.tuning) {
+                    (Op::Gemv(ops::Gemv { quant, window, .. }), Tuning::GemvMma(_)) => Some((*quant, *window)),
+                    _ => None,
+                })
+                .collect();
+            for quant in [GgmlType::Q4_0, GgmlType::Q8_0] {
+                for window in [1, 8, 9] {
+                    assert_eq!(taken.contains(&(quant, window)), mma, "{} {quant:?} window {window}", target.name);
+                }
+            }
             for k in &m.kernels {
                 let spills = k.resources.spills().filter(|s| *s > 0);
                 assert_eq!(spills, None, "{} {}: {:?}", target.name, k.kernel.name, k.resources);

@@ -21,7 +21,9 @@ struct Planned<'a>(&'a [KernelRecord]);
 impl Compiled for Planned<'_> {
     fn int8(&mut self, op: &Op) -> bool {
         let name = op.kernel_name();
-        self.0.iter().any(|k| k.name == name && matches!(k.tuning, Tuning::GemvQ8(_) | Tuning::GemmQ8(_)))
+        self.0
+            .iter()
+            .any(|k| k.name == name && matches!(k.tuning, Tuning::GemvMma(_) | Tuning::GemvQ8(_) | Tuning::GemmQ8(_)))
     }
 
     fn has(&mut self, op: &Op) -> bool {

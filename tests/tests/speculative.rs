@@ -51,7 +51,7 @@ fn window_columns_equal_single_token_products() {
                 let (q_at, d_at, x_at) =
                     ((column * cols) as usize, (column * cols / 16) as usize * 4, (column * cols * 4) as usize);
                 let args: Vec<(&str, Arg)> = match spec.tuning {
-                    Tuning::GemvQ8(_) => vec![
+                    Tuning::GemvMma(_) | Tuning::GemvQ8(_) => vec![
                         ("w", Arg::Buf(wb, 0)),
                         ("xq", Arg::Buf(xqb, q_at)),
                         ("xd", Arg::Buf(xdb, d_at)),

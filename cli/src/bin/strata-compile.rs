@@ -93,6 +93,14 @@ struct CompileArgs {
     /// SMs hold, the tiles' steps split among them), for comparisons.
     #[arg(long)]
     no_stream_k: bool,
+    /// GEMVs on the int8 matrix unit (NVIDIA mma.sync; Q4_0 and Q8_0) for every window,
+    /// instead of the int8-dot GEMVs: faster from about four columns, slower for one.
+    #[arg(long)]
+    gemv_mma: bool,
+    /// Stages, least slab bytes and waves per compute unit of the matrix-unit GEMVs, as
+    /// STAGES,BYTES,WAVES, instead of the rule's (tuning sweeps).
+    #[arg(long, value_name = "STAGES,BYTES,WAVES", value_parser = parse_mma_shape)]
+    gemv_mma_shape: Option<[u32; 3]>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention; a mixture of experts' 16-token window): prompts are then read in
     /// verify-window passes.
@@ -332,6 +340,8 @@ fn compile(args: CompileArgs) -> Result<()> {
         gemm_wave_tokens: args.gemm_wave_tokens,
         gemm_blocks: args.gemm_blocks,
         stream_k: !args.no_stream_k,
+        gemv_mma: args.gemv_mma,
+        gemv_mma_shape: args.gemv_mma_shape,
         prefill: !args.no_prefill,
     };
     let request = Request {
@@ -428,6 +438,15 @@ fn compile_host(
 }
 
 /// A GEMM block tile `ROWSxTOKENS`, each a multiple of 16.
+fn parse_mma_shape(s: &str) -> Result<[u32; 3], String> {
+    let bad = || format!("{s:?} is not STAGES,BYTES,WAVES with 2 to 8 stages and the others positive (e.g. 3,512,8)");
+    let v: Vec<u32> = s.split(',').map(|x| x.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    match v[..] {
+        [stages, bytes, waves] if (2..=8).contains(&stages) && bytes > 0 && waves > 0 => Ok([stages, bytes, waves]),
+        _ => Err(bad()),
+    }
+}
+
 fn parse_tile(s: &str) -> Result<[u32; 2], String> {
     let bad = || format!("{s:?} is not ROWSxTOKENS, rows a multiple of 16 and tokens of 8 (e.g. 128x64)");
     let (r, t) = s.split_once('x').ok_or_else(bad)?;

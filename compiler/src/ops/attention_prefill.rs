@@ -192,7 +192,7 @@ impl KernelOp for AttentionPrefill {
         matches!(&k.tuning, Tuning::AttentionPrefill(t) if t.stages > 0).then_some("attention_prefill_mma")
     }
 
-    fn uses_matrix_unit(&self) -> bool {
+    fn uses_matrix_unit(&self, _k: &KernelRecord) -> bool {
         true
     }
 }

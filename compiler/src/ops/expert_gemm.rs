@@ -166,7 +166,7 @@ impl KernelOp for ExpertGemm {
         super::merge(own, grouped)
     }
 
-    fn uses_matrix_unit(&self) -> bool {
+    fn uses_matrix_unit(&self, _k: &KernelRecord) -> bool {
         true
     }
 

@@ -195,7 +195,7 @@ impl KernelOp for Gemm {
         f16_context(k, target, quant, rows, cols, t)
     }
 
-    fn uses_matrix_unit(&self) -> bool {
+    fn uses_matrix_unit(&self, _k: &KernelRecord) -> bool {
         true
     }
 

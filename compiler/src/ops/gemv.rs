@@ -1,15 +1,16 @@
 //! `gemv`: a quantized matrix times a window of input columns, on the float path
-//! (`templates/ops/gemv.cu.hbs`: weights dequantized, input tiles in shared memory) or
-//! the int8-dot path (`gemv_q8.cu.hbs`, input quantized by `quantize_q8`), as
-//! [`rules::gemv_q8`] decides. The expert products ([`super::expert_gemv`]) are a mode
-//! of the same two templates and share the checks and context here.
+//! (`templates/ops/gemv.cu.hbs`: weights dequantized, input tiles in shared memory),
+//! the int8-dot path (`gemv_q8.cu.hbs`, input quantized by `quantize_q8`) or the int8
+//! matrix unit (`gemv_mma.cu.hbs`, the same quantized input), as [`rules::gemv_mma`] and
+//! [`rules::gemv_q8`] decide. The expert products ([`super::expert_gemv`]) are a mode
+//! of the first two templates and share the checks and context here.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch};
+use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch, launch_dynamic};
 use crate::plan::rules::{self, Q8_BLOCKS_PER_CU};
-use crate::plan::{Dim, Elem, GemvQ8Tuning, GemvTuning, KernelRecord, Options, Tuning};
+use crate::plan::{Dim, Elem, GemvMmaTuning, GemvQ8Tuning, GemvTuning, KernelRecord, Options, Tuning};
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -44,6 +45,24 @@ impl KernelOp for Gemv {
         let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
         let w = buffer("w", Elem::U8, fixed_len(u64::from(rows) * row_bytes), false);
         let y = buffer("y", Elem::F32, fixed_len(window * rows), true);
+        let quantized = |w, y| {
+            vec![
+                w,
+                buffer("xq", Elem::U8, fixed_len(window * cols), false),
+                buffer("xd", Elem::F32, fixed_len(window * cols / 32 * 2), false),
+                y,
+            ]
+        };
+        if let Some(t) = rules::gemv_mma(quant, rows, cols, window, target, options) {
+            let blocks = rows.div_ceil(16).min(target.device.compute_units * rules::GEMV_MMA_BLOCKS_PER_CU);
+            let grid = [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)];
+            return Parts {
+                launch: launch_dynamic(target, grid, t.waves * wave, mma_shared_bytes(&t, window, wave)),
+                tuning: Tuning::GemvMma(t),
+                buffers: quantized(w, y),
+                scalars: vec![],
+            };
+        }
         match rules::gemv_q8(quant, rows, cols, window, target, options) {
             Some(t) => {
                 let blocks =
@@ -53,12 +72,7 @@ impl KernelOp for Gemv {
                 Parts {
                     launch: launch(target, grid, t.waves * wave, shared),
                     tuning: Tuning::GemvQ8(t),
-                    buffers: vec![
-                        w,
-                        buffer("xq", Elem::U8, fixed_len(window * cols), false),
-                        buffer("xd", Elem::F32, fixed_len(window * cols / 32 * 2), false),
-                        y,
-                    ],
+                    buffers: quantized(w, y),
                     scalars: vec![],
                 }
             }
@@ -101,14 +115,26 @@ impl KernelOp for Gemv {
     fn template(&self, k: &KernelRecord) -> Option<&'static str> {
         Some(template(k))
     }
+
+    fn uses_matrix_unit(&self, k: &KernelRecord) -> bool {
+        matches!(k.tuning, Tuning::GemvMma(_))
+    }
 }
 
 /// The template of a GEMV record: by its tuning.
 pub(crate) fn template(k: &KernelRecord) -> &'static str {
     match k.tuning {
+        Tuning::GemvMma(_) => "gemv_mma",
         Tuning::GemvQ8(_) => "gemv_q8",
         _ => "gemv",
     }
+}
+
+/// Shared bytes of a matrix-unit GEMV of `window` columns: each wave's stages of 16 row
+/// slabs, then, where several waves split the rows, their sums (a tile's 4 a lane).
+pub(crate) fn mma_shared_bytes(t: &GemvMmaTuning, window: u32, wave: u32) -> u32 {
+    let sums = if t.waves > 1 { t.waves * window.div_ceil(8) * 4 * wave * 4 } else { 0 };
+    t.waves * t.stages * 16 * t.slab_stride + sums
 }
 
 /// Shared bytes of a float-path GEMV: the window's staged input tile (padded chunks),
@@ -215,6 +241,48 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
             c.extents.push(("xq", u64::from(inputs * cols)));
             c.extents.push(("xd", u64::from(inputs * cols / 32 * 2)));
         }
+        Tuning::GemvMma(g) => {
+            let block_bytes = quant.block_bytes() as u32;
+            let slabs = row_bytes.div_ceil(u64::from(g.slab_bytes.max(1)));
+            if window == 0
+                || window > 16
+                || g.wave_slabs == 0
+                || u64::from(g.waves) != slabs.div_ceil(u64::from(g.wave_slabs))
+                || g.slab_bytes == 0
+                || g.slab_bytes % 16 != 0
+                || g.slab_bytes % block_bytes != 0
+                || g.slab_stride < g.slab_bytes
+                || g.slab_stride % 32 != 16
+                || g.stages < 2
+                || !row_bytes.is_multiple_of(16)
+            {
+                c.fail(
+                    "the matrix-unit slabs",
+                    format!(
+                        "{window} columns, {}-byte slabs {} bytes apart, {} stages, {} waves of {} slabs",
+                        g.slab_bytes, g.slab_stride, g.stages, g.waves, g.wave_slabs
+                    ),
+                    format!(
+                        "at most two 8-column tiles; slabs of whole {block_bytes}-byte blocks and 16-byte pieces \
+                         of the {row_bytes}-byte rows, an odd number of pieces apart, at least two in flight; \
+                         the waves' slabs covering the row's {slabs}, each wave's at least one"
+                    ),
+                );
+            }
+            let shared = mma_shared_bytes(g, window, l.wave_size);
+            if g.waves != l.waves || shared != l.shared_bytes || !l.dynamic_shared || c.grid_x() == 0 {
+                c.fail(
+                    "declared shared memory",
+                    format!("{} bytes for {} waves, {} blocks", l.shared_bytes, l.waves, c.grid_x()),
+                    format!(
+                        "{} waves of {} stages of 16 slabs and their sums need {shared}, dynamic",
+                        g.waves, g.stages
+                    ),
+                );
+            }
+            c.extents.push(("xq", u64::from(inputs * cols)));
+            c.extents.push(("xd", u64::from(inputs * cols / 32 * 2)));
+        }
         _ => c.tuning_missing("a GEMV needs GEMV tuning"),
     }
 }
@@ -240,6 +308,20 @@ pub(crate) fn gemv_context(
     let l = &k.launch;
     let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
     match &k.tuning {
+        Tuning::GemvMma(t) => json!({
+            "quant": quant.name().to_ascii_lowercase(),
+            "quant_name": quant.name(),
+            "rows": rows, "cols": cols, "window": window, "row_bytes": row_bytes,
+            "chunks": cols / 32, "tiles": window.div_ceil(8),
+            "slab_bytes": t.slab_bytes, "slab_pieces": t.slab_bytes / 16, "slab_stride": t.slab_stride,
+            "slab_chunks": t.slab_bytes / quant.block_bytes() as u32 * (quant.block_len() as u32 / 32),
+            "row_pieces": row_bytes / 16, "slabs": (row_bytes as u32).div_ceil(t.slab_bytes),
+            "copies": t.slab_bytes.div_ceil(target.device.wave_size),
+            "stages": t.stages, "wait": t.stages - 1, "waves": t.waves, "wave_slabs": t.wave_slabs,
+            "split": t.waves > 1, "groups": rows.div_ceil(16),
+            "blocks": match l.grid[0] { Dim::Fixed(n) => n, Dim::Runtime { .. } => 0 },
+            "xq_len": fixed(k, "xq"), "xd_len": fixed(k, "xd"), "y_len": fixed(k, "y"),
+        }),
         Tuning::GemvQ8(t) => {
             let table = rules::lookup_table(quant);
             json!({

@@ -87,9 +87,9 @@ pub trait KernelOp {
         None
     }
 
-    /// Whether its template multiplies tiles with the target's matrix unit (then the
+    /// Whether its kernel `k` multiplies tiles with the target's matrix unit (then the
     /// module carries `templates/matrix/<unit>.cuh`).
-    fn uses_matrix_unit(&self) -> bool {
+    fn uses_matrix_unit(&self, _k: &KernelRecord) -> bool {
         false
     }
 

@@ -70,6 +70,15 @@ pub struct Options {
     /// instead of one block a tile.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub stream_k: bool,
+    /// Whether GEMVs of the types with a fragment decoder take the int8 matrix unit
+    /// ([`rules::gemv_mma`]) where the target has `mma.sync`, for every window. Off by
+    /// default: measured slower than the int8-dot GEMV for one column (docs/PERFORMANCE.md).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gemv_mma: bool,
+    /// Stages, least slab bytes and waves per compute unit of the matrix-unit GEMVs
+    /// instead of the rule's (tuning sweeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemv_mma_shape: Option<[u32; 3]>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack, or a mixture of experts' prompt window; without them prompts are
     /// read in verify-window passes.
@@ -92,6 +101,8 @@ impl Default for Options {
             gemm_wave_tokens: None,
             gemm_blocks: None,
             stream_k: true,
+            gemv_mma: false,
+            gemv_mma_shape: None,
             prefill: true,
         }
     }
@@ -318,6 +329,25 @@ pub struct GemvQ8Tuning {
     pub table_bytes: u32,
 }
 
+/// Tuning of a GEMV on the int8 matrix unit (see [`rules::gemv_mma`]): a block takes 16
+/// rows at a time, its waves splitting their length, each streaming its part through
+/// shared memory in slabs, several in flight, and multiplying each 32-weight chunk by up
+/// to 8 columns a `mma.sync` m16n8k32.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemvMmaTuning {
+    /// Waves per block: the split of each row.
+    pub waves: u32,
+    /// Slabs of each row a wave multiplies (the last wave's may be fewer).
+    pub wave_slabs: u32,
+    /// Bytes of one slab of a row: whole quant blocks and whole 16-byte pieces.
+    pub slab_bytes: u32,
+    /// Slabs of a wave in flight (asynchronous copies), the one being multiplied included.
+    pub stages: u32,
+    /// Bytes from one row's slab to the next in shared memory: an odd number of 16-byte
+    /// pieces, so that the 8 rows a fragment reads at once fall in different banks.
+    pub slab_stride: u32,
+}
+
 /// Tiles of a [`Op::Gemm`] (see [`rules::gemm`]): a block computes `tile_rows` outputs
 /// for `tile_tokens` columns, `tile_k` input features a step, each wave 16x16 tiles on
 /// the matrix unit.
@@ -470,6 +500,9 @@ impl MatrixUnit {
 pub enum Tuning {
     /// GEMV tuning (float dot).
     Gemv(GemvTuning),
+    /// Int8 matrix-unit GEMV tuning (before [`Tuning::GemvQ8`]: untagged, the first
+    /// variant whose fields all match is taken, and only this one has `stages`).
+    GemvMma(GemvMmaTuning),
     /// Int8-dot GEMV tuning.
     GemvQ8(GemvQ8Tuning),
     /// Attention's split of the KV positions.
@@ -657,6 +690,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         .iter()
         .filter_map(|k| match (&k.op, &k.tuning) {
             (Op::Gemv(ops::Gemv { cols, .. }) | Op::ExpertGemv(ops::ExpertGemv { cols, .. }), Tuning::GemvQ8(_))
+            | (Op::Gemv(ops::Gemv { cols, .. }), Tuning::GemvMma(_))
             | (Op::Gemm(ops::Gemm { cols, .. }) | Op::ExpertGemm(ops::ExpertGemm { cols, .. }), Tuning::GemmQ8(_)) => {
                 Some(*cols)
             }

@@ -6,8 +6,8 @@
 //! be good.
 
 use super::{
-    AttentionPrefillTuning, AttentionTuning, GemmQ8Tuning, GemmTuning, GemvQ8Tuning, GemvTuning, Int8Dot, KernelRecord,
-    MAX_WINDOW, MatrixUnit, Options,
+    AttentionPrefillTuning, AttentionTuning, GemmQ8Tuning, GemmTuning, GemvMmaTuning, GemvQ8Tuning, GemvTuning,
+    Int8Dot, KernelRecord, MAX_WINDOW, MatrixUnit, Options,
 };
 use crate::ops::{AttentionPrefill, Op};
 use crate::quant::GgmlType;
@@ -69,6 +69,23 @@ pub const Q8_ACCUMULATORS: u32 = 32;
 /// Blocks of an int8 GEMV per compute unit, at most; more rows are stepped over. Each
 /// block stages the lookup grid once, however many rows it then decodes.
 pub const Q8_BLOCKS_PER_CU: u32 = 4;
+
+/// The types whose chunks decode straight into `mma.sync` fragments
+/// (`strata_frag8_<type>`: a lane's words q and 4 + q of a chunk, with one scale a
+/// chunk): their GEMVs take the int8 matrix unit ([`gemv_mma`]).
+pub const MMA_FRAGMENTS: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::Q8_0];
+/// Waves a matrix-unit GEMV wants per compute unit: a wave multiplies its chunks one
+/// after another, so a compute unit needs many to keep its loads in flight.
+pub const GEMV_MMA_WAVES_PER_CU: u32 = 32;
+/// Most waves a matrix-unit GEMV splits a group's row into (a block's waves).
+pub const GEMV_MMA_MAX_SPLITS: u32 = 16;
+/// Slabs of a matrix-unit GEMV's wave in flight: one loading while one is multiplied.
+pub const GEMV_MMA_STAGES: u32 = 2;
+/// Bytes of a row's slab in a matrix-unit GEMV, at least (16 rows: 2 KiB a slab, so that
+/// 32 waves' stages fit a compute unit's shared memory).
+pub const GEMV_MMA_SLAB_BYTES: u32 = 128;
+/// Blocks of a matrix-unit GEMV per compute unit, at most (blocks step over the groups).
+pub const GEMV_MMA_BLOCKS_PER_CU: u32 = 4;
 
 /// Most splits of one (token, head) in attention. A decode token deep in a long context
 /// needs many waves reading at once: with 16 splits, 8 KV heads gave 128 blocks (4 waves
@@ -550,6 +567,67 @@ pub fn gemv_q8(
     })
 }
 
+/// Tuning of a GEMV on the int8 matrix unit, where it applies: NVIDIA's `mma.sync`
+/// with asynchronous copies, a type of [`MMA_FRAGMENTS`], rows of whole 16-byte pieces
+/// and a window of at most 16 columns (two 8-column tiles), wherever the int8 GEMV
+/// would be taken (`options.int8`) and `options.gemv_mma` asks for it (off by default:
+/// on an H100 it takes 1.3-1.8x the int8-dot GEMV's time for one column, and from about
+/// four columns less, docs/PERFORMANCE.md).
+///
+/// A wave multiplies 16 rows at a time (`m16n8k32`), so each weight chunk is decoded
+/// once into the A fragment and the window's columns ride in the B fragment: a window
+/// of 8 costs about what one column does, where the int8-dot GEMV's cost grows with
+/// every column. Every window takes it, one column included, so each output sums its
+/// chunks in the same order in every window (a verify window's or a batch's column
+/// equals the single-token product).
+/// - Slabs are the smallest run of whole blocks and whole 16-byte pieces, doubled to
+///   [`GEMV_MMA_SLAB_BYTES`] or the row; [`GEMV_MMA_STAGES`] a wave (`options.gemv_mma_shape`
+///   sweeps these and the next).
+/// - A block's waves split each 16-row group's slabs evenly (`wave_slabs` each), as many
+///   as bring the matrix to [`GEMV_MMA_WAVES_PER_CU`] waves a compute unit, at most
+///   [`GEMV_MMA_MAX_SPLITS`]: a matrix of few groups (4096 rows: 256) still keeps every
+///   compute unit's loads in flight. The waves' sums are added in wave order. The split
+///   depends on the matrix and the target only, never on the window.
+pub fn gemv_mma(
+    quant: GgmlType,
+    rows: u32,
+    cols: u32,
+    window: u32,
+    target: &Target,
+    options: &Options,
+) -> Option<GemvMmaTuning> {
+    let row_bytes = quant.row_bytes(u64::from(cols))?;
+    let usable = options.gemv_mma
+        && (1..=16).contains(&window)
+        && matrix_unit(target) == MatrixUnit::MmaSync
+        && target.features.cp_async
+        && MMA_FRAGMENTS.contains(&quant)
+        && row_bytes.is_multiple_of(16);
+    if !usable {
+        return None;
+    }
+    // The int8 GEMV's choice of where int8 products pay.
+    gemv_q8(quant, rows, cols, window, target, options)?;
+    let [stages, least, per_cu] =
+        options.gemv_mma_shape.unwrap_or([GEMV_MMA_STAGES, GEMV_MMA_SLAB_BYTES, GEMV_MMA_WAVES_PER_CU]);
+    let block_bytes = quant.block_bytes() as u32;
+    let mut slab = lcm(block_bytes, 16);
+    while slab < least && u64::from(slab) < row_bytes {
+        slab *= 2;
+    }
+    let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok()?;
+    let groups = rows.div_ceil(16);
+    let wanted = (target.device.compute_units * per_cu).div_ceil(groups);
+    let wave_slabs = slabs.div_ceil(wanted.clamp(1, GEMV_MMA_MAX_SPLITS.min(slabs)));
+    Some(GemvMmaTuning {
+        waves: slabs.div_ceil(wave_slabs),
+        wave_slabs,
+        slab_bytes: slab,
+        stages,
+        slab_stride: 16 * ((slab / 16) | 1),
+    })
+}
+
 /// The lookup grid an int8 decoder reads: (name in the module, bytes an entry, entries).
 pub fn lookup_table(quant: GgmlType) -> Option<(&'static str, u32, u32)> {
     match quant {
@@ -625,6 +703,29 @@ mod tests {
         assert_eq!(spec.launch.grid[0], Dim::Fixed(128), "4096 rows, 32 a block");
         let big = Op::Gemv(ops::Gemv { quant: GgmlType::Q4_0, rows: 28_672, cols: 4096, window: 1 });
         assert_eq!(kernel_with(big, &sm90, &options).launch.grid[0], Dim::Fixed(132 * Q8_BLOCKS_PER_CU));
+    }
+
+    #[test]
+    fn matrix_unit_gemvs_take_fragment_types_on_mma_sync_where_int8_pays() {
+        let (sm90, gfx1100) = (Target::load("sm_90").expect("known"), Target::load("gfx1100").expect("known"));
+        let auto = Options { gemv_mma: true, ..Options::default() };
+        let t = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &auto).expect("an 8B down projection");
+        // 8 blocks of 18 bytes, 9 pieces: an odd number apart, so that rows g and g + 8 miss
+        // each other's banks. 256 groups of 56 slabs: 14 waves of 4 slabs bring 3584 waves.
+        assert_eq!((t.slab_bytes, t.slab_stride, t.stages), (144, 144, 2));
+        assert_eq!((t.waves, t.wave_slabs), (14, 4));
+        let one = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &auto).expect("one column too");
+        assert_eq!(one, t, "the split does not depend on the window");
+        let q8 = gemv_mma(GgmlType::Q8_0, 14_336, 4096, 1, &sm90, &auto).expect("an 8B gate");
+        // 17 pieces apart; 896 groups of 16 slabs: 4 waves of 4 slabs.
+        assert_eq!((q8.slab_bytes, q8.slab_stride, q8.waves, q8.wave_slabs), (272, 272, 4, 4));
+        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &Options::default()), None, "off by default");
+        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 17, &sm90, &auto), None, "two tiles at most");
+        assert_eq!(gemv_mma(GgmlType::IQ2_XS, 4096, 14_336, 8, &sm90, &auto), None, "no fragment decoder");
+        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &gfx1100, &auto), None, "WMMA, not mma.sync");
+        assert_eq!(gemv_mma(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &auto), None, "612-byte rows");
+        let never = Options { int8: Int8Dot::Never, gemv_mma: true, ..Options::default() };
+        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &never), None);
     }
 
     #[test]

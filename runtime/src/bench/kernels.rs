@@ -374,7 +374,7 @@ impl Model {
                 // Window T reads T input columns: T rows of `cols` floats, or their int8
                 // quants (quantized per 32-element chunk, so T rows quantize as one).
                 let x = random_floats(rng, (window * cols) as usize, 1.0);
-                let (inputs, in_bytes) = if matches!(spec.tuning, Tuning::GemvQ8(_)) {
+                let (inputs, in_bytes) = if matches!(spec.tuning, Tuning::GemvMma(_) | Tuning::GemvQ8(_)) {
                     let (xq, xd) = quantize_q8(&x);
                     b.write(f.xq, 0, &xq)?;
                     b.write(f.xd, 0, &xd.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;

@@ -22,7 +22,7 @@ use crate::kernels::Kernels;
 
 impl Compiled for Kernels {
     fn int8(&mut self, op: &Op) -> bool {
-        self.get(op).is_ok_and(|k| matches!(k.tuning, Tuning::GemvQ8(_) | Tuning::GemmQ8(_)))
+        self.get(op).is_ok_and(|k| matches!(k.tuning, Tuning::GemvMma(_) | Tuning::GemvQ8(_) | Tuning::GemmQ8(_)))
     }
 
     fn has(&mut self, op: &Op) -> bool {
