@@ -179,6 +179,25 @@ fn score_prints_the_top_logits_of_every_position_as_json() {
     assert!(!text(&o.stdout).contains("<|im_"), "special tokens are not printed");
 }
 
+/// `bench --batch`: one line a batch size, its aggregate rate `each` times the batch's
+/// rate a sequence; a batch larger than the slots is not asked for (the slots follow it).
+#[test]
+fn bench_batch_reports_each_batch_sizes_aggregate_rate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = synth(dir.path(), "tiny-llama", "llama.gguf");
+    let o = run(&["bench", "--pack", &pack, "--backend", "cpu", "--batch", "1,3", "-p", "4", "-n", "4", "-r", "1"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    for (line, n) in lines.iter().zip([1.0, 3.0]) {
+        assert!(line.starts_with(&format!("pp4 tg4 x  {n} sequences: ")), "{line}");
+        let numbers: Vec<f64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        let (aggregate, each) = (numbers[1], numbers[2]);
+        assert!(aggregate > 0.0 && (aggregate / n - each).abs() < 0.1, "{line}");
+    }
+}
+
 #[test]
 fn perplexity_of_a_text_file() {
     let dir = tempfile::tempdir().expect("tempdir");

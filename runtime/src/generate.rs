@@ -327,6 +327,46 @@ pub fn bench_at(
     Ok((pp_rate, tg as f64 * reps / tg_time.as_secs_f64(), experts))
 }
 
+/// Aggregate decode throughput of `seqs` sequences decoded together, as llama.cpp's
+/// `llama-batched-bench` measures it (its `S_TG`), without a server: each sequence reads
+/// `pp` prompt tokens into its own slot, then `tg` steps decode them all in batched passes
+/// ([`crate::model::Model::decode_batch_greedy`], a window of sequences a pass), each
+/// feeding back its argmax. Returns all sequences' decoded tokens per second of the
+/// decoding, over `reps` runs after one warm-up; the session needs `seqs` slots.
+pub fn bench_batch(s: &mut Session, seqs: usize, pp: usize, tg: usize, reps: usize) -> Result<f64, RunError> {
+    if seqs == 0 || seqs > s.model.slots() {
+        return Err(RunError::Other(format!("a batch of {seqs} needs as many slots; there are {}", s.model.slots())));
+    }
+    let vocab = s.model.desc.vocab as usize;
+    let prompt: Vec<u32> = (0..pp.max(1)).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
+    let tg = tg.min(s.model.n_ctx().saturating_sub(prompt.len() as u32) as usize);
+    let window = s.model.window().max(1) as usize;
+    let mut time = Duration::ZERO;
+    for rep in 0..=reps {
+        let mut next = Vec::with_capacity(seqs);
+        for slot in 0..seqs {
+            s.model.select(slot)?;
+            s.model.reset();
+            prefill(s, &prompt)?;
+            next.push((slot, s.model.argmax(1)?[0]));
+        }
+        let start = Instant::now();
+        for _ in 0..tg {
+            let mut tokens = Vec::with_capacity(seqs);
+            for part in next.chunks(window) {
+                tokens.extend(s.model.decode_batch_greedy(part)?);
+            }
+            for (n, token) in next.iter_mut().zip(tokens) {
+                n.1 = token;
+            }
+        }
+        if rep > 0 {
+            time += start.elapsed();
+        }
+    }
+    Ok((seqs * tg * reps.max(1)) as f64 / time.as_secs_f64())
+}
+
 /// llama.cpp's figures for the same measurement, from its `llama-bench` binary at
 /// `binary` on `pack` (all layers on the GPU, flash attention, JSON output): (prompt
 /// tokens/s, decode tokens/s), each llama-bench's mean over `reps` runs; with `threads`,

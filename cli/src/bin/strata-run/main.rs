@@ -154,6 +154,10 @@ enum Command {
         /// QSA budgets (tokens) for --attention.
         #[arg(long, value_delimiter = ',', default_values_t = [2048u32, 4096])]
         qsa_budgets: Vec<u32>,
+        /// Instead: the aggregate decode rate of N sequences decoded together, for each N
+        /// (llama-batched-bench's S_TG): each reads -p prompt tokens, then -n tokens each.
+        #[arg(long, value_delimiter = ',', value_name = "N,...")]
+        batch: Vec<usize>,
     },
     /// Serves an OpenAI-compatible API (`/v1/chat/completions`, `/v1/completions`,
     /// `/v1/models`, `/health`, `/metrics`).
@@ -655,8 +659,22 @@ fn run(cli: Cli) -> Result<()> {
             attention,
             contexts,
             qsa_budgets,
+            batch,
         } => {
-            let mut s = open(&o, SelfTest::Auto, false, 1)?;
+            let slots = batch.iter().copied().max().unwrap_or(1).max(1);
+            let mut s = open(&o, SelfTest::Auto, false, slots)?;
+            if !batch.is_empty() {
+                for &n in &batch {
+                    let rate = generate::bench_batch(&mut s, n, prompt_tokens, gen_tokens, reps)?;
+                    println!(
+                        "pp{prompt_tokens} tg{gen_tokens} x {n:>2} sequences: {rate:.1} t/s aggregate, {:.1} t/s each  ({}, window {})",
+                        rate / n as f64,
+                        s.device.name,
+                        s.model.window()
+                    );
+                }
+                return Ok(());
+            }
             if attention {
                 println!("{:>9} {:>14} {:>14}   alone: kernel us", "context", "attention", "per layer");
                 for t in s.model.bench_attention(&contexts, &qsa_budgets, 20)? {
