@@ -105,6 +105,11 @@ fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
         ("rows" | "tokens", _) => 3,
         ("n_ctx", _) => TEST_CTX,
         ("n_blocks", _) => TEST_CTX.div_ceil(block),
+        // A batch: each of the three tokens its own sequence in its own cache slot (QSA's
+        // selection reads one sequence).
+        ("seqs", _) if !matches!(spec.op, Op::Attention(ops::Attention { sparse: true, .. })) => 3,
+        ("cache_rows", _) => TEST_SLOTS * TEST_CTX,
+        ("summary_rows", _) => TEST_SLOTS * TEST_CTX.div_ceil(block),
         ("budget", _) => TEST_BUDGET,
         ("slots", _) => TEST_SLOTS,
         _ => 1,
@@ -208,8 +213,17 @@ fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha
                 _ => 1,
             };
             let pos = test_pos(spec);
+            // A batch's cache slots: the last first, so that no sequence reads slot 0's rows.
+            let slot = |i: usize| (TEST_SLOTS as usize - 1 - i % TEST_SLOTS as usize) as i32;
             (0..n)
-                .flat_map(|_| if b.name == "pos" { pos } else { rng.random_range(0..bound) as i32 }.to_le_bytes())
+                .flat_map(|i| {
+                    match b.name.as_str() {
+                        "pos" => pos,
+                        "slots" => slot(i),
+                        _ => rng.random_range(0..bound) as i32,
+                    }
+                    .to_le_bytes()
+                })
                 .collect()
         }
         Elem::U8 => {

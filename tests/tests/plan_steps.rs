@@ -30,15 +30,6 @@ impl Compiled for Planned<'_> {
         let name = op.kernel_name();
         self.0.iter().any(|k| k.name == name)
     }
-
-    fn attention_splits(&mut self, op: &Op) -> u32 {
-        let name = op.kernel_name();
-        let tuning = self.0.iter().find(|k| k.name == name).map(|k| &k.tuning);
-        match tuning {
-            Some(Tuning::Attention(t)) => t.splits,
-            _ => rules::ATTENTION_SPLITS,
-        }
-    }
 }
 
 fn check(bytes: Vec<u8>, target: &str, int8: Int8Dot) {

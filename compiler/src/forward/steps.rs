@@ -77,6 +77,8 @@ pub enum Buf {
     Count,
     /// Each sequence's first position in the pass, one a sequence.
     Pos,
+    /// Each sequence's cache slot in the layers' pools, one a sequence.
+    Slots,
     /// The RoPE table.
     CosSin,
     /// The RoPE table of the sliding-window layers (their own base, never scaled).
@@ -89,6 +91,13 @@ pub enum Buf {
     VCache(u32, u32),
     /// A layer's key block summaries, of the pass's `.1`-th sequence.
     KSummary(u32, u32),
+    /// A layer's key caches of every slot (its pool, slot-major), which kernels that
+    /// read [`Buf::Slots`] index.
+    KCaches(u32),
+    /// A layer's value caches of every slot.
+    VCaches(u32),
+    /// A layer's key block summaries of every slot.
+    KSummaries(u32),
     /// A layer's row of the expert-to-slot map.
     SlotOf(u32),
     /// A layer's expert pool: stacked gate·up (read by the token's row) or down.
@@ -170,6 +179,10 @@ pub enum Value {
     Budget,
     /// The expert pools' slots.
     Slots,
+    /// Rows of a layer's KV cache pool: positions of every slot.
+    CacheRows,
+    /// Blocks of a layer's key summary pool: blocks of every slot.
+    SummaryRows,
 }
 
 /// One step of a pass.
@@ -248,9 +261,6 @@ pub trait Compiled {
     fn int8(&mut self, op: &Op) -> bool;
     /// Whether `op`'s kernel was compiled.
     fn has(&mut self, op: &Op) -> bool;
-    /// The most splits of a token's keys `op` (split attention) writes partial states
-    /// for: where a sequence's columns start in the states of a batch.
-    fn attention_splits(&mut self, op: &Op) -> u32;
 }
 
 /// One pass to describe.
@@ -387,11 +397,7 @@ impl Walk<'_, '_> {
             self.launch(prefill, &args, &[tokens, ("n_ctx", Value::Ctx)]);
             return false;
         }
-        let per = t / seqs;
-        for seq in 0..seqs {
-            let q = At { buf: q.buf, offset: q.offset + seq * per * self.f.heads * self.f.head_dim };
-            self.split_attention(l, q, per, seq, sparse && window.is_none() && seqs == 1, window);
-        }
+        self.split_attention(l, q, t, seqs, sparse && window.is_none() && seqs == 1, window);
         // The merge quantizes its output where the output projection reads int8 (not
         // for a chunk's GEMM, which reads its input as it comes).
         let merge_q8 = !self.gemm && self.fuse_q8(&self.f.merge(true), &[o], t);
@@ -404,35 +410,40 @@ impl Walk<'_, '_> {
         merge_q8
     }
 
-    /// Split attention's partial states of the `t` tokens of the pass's `seq`-th
-    /// sequence (its columns `seq · t` on).
-    fn split_attention(&mut self, l: u32, q: At, t: u32, seq: u32, sparse: bool, window: Option<u32>) {
-        let tokens = ("tokens", Value::Count(t));
-        let (pos, blocks) = (("pos", At { buf: Buf::Pos, offset: seq }), ("n_blocks", Value::Blocks));
-        // The states and split counts of the sequence's first column.
-        let (heads, dense) = (self.f.heads, self.f.attention(false, window));
-        let states = heads * (self.f.head_dim + 2) * self.k.attention_splits(&dense);
+    /// Split attention's partial states of the pass's `t` tokens, its `seqs` sequences'
+    /// in one launch (QSA's selection: one sequence).
+    fn split_attention(&mut self, l: u32, q: At, t: u32, seqs: u32, sparse: bool, window: Option<u32>) {
+        let sizes = [
+            ("tokens", Value::Count(t)),
+            ("seqs", Value::Count(seqs)),
+            ("n_ctx", Value::Ctx),
+            ("cache_rows", Value::CacheRows),
+        ];
+        let (pos, blocks) = (("pos", at(Buf::Pos)), ("n_blocks", Value::Blocks));
         let mut args = vec![
             ("q", q),
-            ("k_cache", at(Buf::KCache(l, seq))),
-            ("v_cache", at(Buf::VCache(l, seq))),
-            ("partial", At { buf: Buf::Partial, offset: seq * t * states }),
-            ("splits", At { buf: Buf::Splits, offset: seq * t * heads }),
+            ("k_cache", at(Buf::KCaches(l))),
+            ("v_cache", at(Buf::VCaches(l))),
+            ("partial", at(Buf::Partial)),
+            ("splits", at(Buf::Splits)),
             pos,
+            ("slots", at(Buf::Slots)),
         ];
         if !sparse {
-            self.launch(dense, &args, &[tokens, ("n_ctx", Value::Ctx)]);
+            self.launch(self.f.attention(false, window), &args, &sizes);
             return;
         }
         let (scores, list, count) = (("scores", at(Buf::Scores)), ("list", at(Buf::List)), ("count", at(Buf::Count)));
         self.launch(
             self.f.qsa_score(),
-            &[("q", q), ("k_summary", at(Buf::KSummary(l, seq))), scores, pos],
-            &[tokens, blocks],
+            &[("q", q), ("k_summary", at(Buf::KSummary(l, 0))), scores, pos],
+            &[sizes[0], blocks],
         );
-        self.launch(self.f.qsa_select(), &[scores, list, count, pos], &[tokens, blocks, ("budget", Value::Budget)]);
+        self.launch(self.f.qsa_select(), &[scores, list, count, pos], &[sizes[0], blocks, ("budget", Value::Budget)]);
         args.extend([list, count]);
-        self.launch(self.f.attention(true, None), &args, &[tokens, ("n_ctx", Value::Ctx), blocks]);
+        let mut sizes = sizes.to_vec();
+        sizes.push(blocks);
+        self.launch(self.f.attention(true, None), &args, &sizes);
     }
 
     /// Gemma's norm of a block's output `x` before the residual add, where the family
@@ -644,23 +655,28 @@ impl Forward {
                 }
                 _ => (q, k),
             };
-            // Each sequence's keys and values into its own caches at its own positions.
-            let (seqs, per) = (pass.seqs.max(1), t / pass.seqs.max(1));
-            for seq in 0..seqs {
-                let column = |x: At, width: u32| At { buf: x.buf, offset: x.offset + seq * per * width };
-                let store = [
-                    ("q", column(q, qd)),
-                    ("k", column(k, kd)),
-                    ("v", column(v, kd)),
-                    ("k_cache", at(Buf::KCache(l, seq))),
-                    ("v_cache", at(Buf::VCache(l, seq))),
-                    ("k_summary", at(Buf::KSummary(l, seq))),
-                    ("cos_sin", at(if self.window(l).is_some() { Buf::CosSinLocal } else { Buf::CosSin })),
-                    ("pos", At { buf: Buf::Pos, offset: seq }),
-                ];
-                let sizes = [("tokens", count(per)), ("n_ctx", Value::Ctx), ("n_blocks", Value::Blocks)];
-                w.launch(self.rope_store(), &store, &sizes);
-            }
+            // Every sequence's keys and values into its own cache slot at its own positions.
+            let store = [
+                ("q", q),
+                ("k", k),
+                ("v", v),
+                ("k_cache", at(Buf::KCaches(l))),
+                ("v_cache", at(Buf::VCaches(l))),
+                ("k_summary", at(Buf::KSummaries(l))),
+                ("cos_sin", at(if self.window(l).is_some() { Buf::CosSinLocal } else { Buf::CosSin })),
+                ("pos", at(Buf::Pos)),
+                ("slots", at(Buf::Slots)),
+            ];
+            let sizes = [
+                ("tokens", count(t)),
+                ("seqs", count(pass.seqs.max(1))),
+                ("n_ctx", Value::Ctx),
+                ("n_blocks", Value::Blocks),
+                ("cache_rows", Value::CacheRows),
+                ("summary_rows", Value::SummaryRows),
+            ];
+            w.launch(self.rope_store(), &store, &sizes);
+            let seqs = pass.seqs.max(1);
             let sparse = pass.sparse_from.is_some_and(|first| l >= first);
             let merge_q8 = w.attention(l, q, t, seqs, sparse, ly.o);
             w.products(at(Buf::AttnOut), t, &[(layer(l, Weight::O), ly.o, at(Buf::Proj))], merge_q8);

@@ -9,8 +9,12 @@ use crate::plan::rules::{self, MAX_CONTEXT, MAX_TOKENS, WAVES_PER_BLOCK};
 use crate::plan::{Dim, Elem, KernelRecord, MAX_WINDOW, Options, Tuning};
 use crate::target::Target;
 
-/// Attention of each token of a window at `pos[0]`, one query per head, over the f16
-/// KV cache, causal (token `t` sees positions up to `pos[0] + t`; grouped-query), split
+/// Attention of each token of a window, one query per head, over the f16 KV cache,
+/// causal (grouped-query): a pass holds `seqs` sequences of `tokens / seqs` columns
+/// each, sequence `s` at positions from `pos[s]` in cache slot `slots[s]` of the layer's
+/// pool (`cache_rows / n_ctx` slots of `n_ctx` rows), so token `t` of sequence `s` sees its
+/// slot's positions up to `pos[s] + t`, and a batch of decode steps attends in one
+/// launch. Split
 /// over the KV positions (flash decoding): block (KV head, token, split) writes each
 /// query head's partial softmax state `[max, sum, acc[head_dim]]` for its share, and
 /// [`super::AttentionMerge`] combines the shares.
@@ -71,11 +75,15 @@ impl KernelOp for Attention {
         let width = kv_heads * head_dim;
         let mut buffers = vec![
             buffer("q", Elem::F32, per("tokens", heads * head_dim), false),
-            buffer("k_cache", Elem::F16, per("n_ctx", width), false),
-            buffer("v_cache", Elem::F16, per("n_ctx", width), false),
+            buffer("k_cache", Elem::F16, per("cache_rows", width), false),
+            buffer("v_cache", Elem::F16, per("cache_rows", width), false),
         ];
-        let mut scalars =
-            vec![scalar("tokens", if sparse { MAX_WINDOW } else { MAX_TOKENS }), scalar("n_ctx", MAX_CONTEXT)];
+        let mut scalars = vec![
+            scalar("tokens", if sparse { MAX_WINDOW } else { MAX_TOKENS }),
+            scalar("seqs", MAX_WINDOW),
+            scalar("n_ctx", MAX_CONTEXT),
+            scalar("cache_rows", u32::MAX),
+        ];
         if sparse {
             buffers.push(buffer("list", Elem::I32, per("n_blocks", MAX_WINDOW * kv_heads), false));
             buffers.push(buffer("count", Elem::I32, fixed_len(MAX_WINDOW * kv_heads), false));
@@ -84,7 +92,8 @@ impl KernelOp for Attention {
         buffers.extend([
             buffer("partial", Elem::F32, per("tokens", heads * t.splits * (head_dim + 2)), true),
             buffer("splits", Elem::I32, per("tokens", heads), true),
-            buffer("pos", Elem::I32, fixed_len(1u32), false),
+            buffer("pos", Elem::I32, per("seqs", 1), false),
+            buffer("slots", Elem::I32, per("seqs", 1), false),
         ]);
         Parts {
             // One block per (KV head, token of the window, split): the group's query
@@ -134,7 +143,6 @@ impl KernelOp for Attention {
             );
         }
         c.shared(self.shared_bytes(l.waves, l.wave_size), "queries, tile weights and per-wave softmax states".into());
-        c.extents.push(("pos", 1));
     }
 
     fn tolerance(&self) -> f64 {

@@ -4,23 +4,26 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Checker, KernelOp, Parts, buffer, fixed_len, launch, per, rows, scalar, untuned};
+use super::{Checker, KernelOp, Parts, buffer, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{MAX_CONTEXT, MAX_TOKENS};
-use crate::plan::{Dim, Elem, KernelRecord, Options};
+use crate::plan::{Dim, Elem, KernelRecord, MAX_WINDOW, Options};
 use crate::target::Target;
 
 /// Rotary embedding of a window's Q heads (in place) and K heads, and the rotated K
-/// and V rows stored to the f16 caches at positions from `pos[0]`: one launch for
-/// everything between the projections and attention. Angles come from a
-/// host-computed (cos, sin) table; the position from a device buffer, so a captured
-/// decode step replays as is.
+/// and V rows stored to the f16 caches: one launch for everything between the
+/// projections and attention. A pass holds `seqs` sequences of `tokens / seqs` columns
+/// each; sequence `s` stores at positions from `pos[s]` in cache slot `slots[s]` of the
+/// layer's pool (`cache_rows / n_ctx` slots of `n_ctx` rows), so a batch of decode steps
+/// stores all its sequences in one launch. Angles come from a host-computed (cos, sin)
+/// table; positions and slots from device buffers, so a captured pass replays as is.
 ///
 /// It also keeps QSA's key summaries: for every `block`-position KV block the window
 /// writes into, the element-wise min and max over that block's keys so far (positions
 /// `block·b` to the window's last), per KV head, recomputed whole from the cache. A
 /// rewound position is therefore never in a summary once it is overwritten, and every
 /// block before the current one is summarized exactly. Layout [KV head][block]
-/// [dimension][min, max]: a block's summary is one contiguous read.
+/// [dimension][min, max] within a slot's `n_blocks` blocks: a block's summary is one
+/// contiguous read.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RopeStore {
     /// Pairing.
@@ -68,13 +71,21 @@ impl KernelOp for RopeStore {
                 buffer("q", Elem::F32, per("tokens", heads * head_dim), true),
                 buffer("k", Elem::F32, per("tokens", width), false),
                 buffer("v", Elem::F32, per("tokens", width), false),
-                buffer("k_cache", Elem::F16, per("n_ctx", width), true),
-                buffer("v_cache", Elem::F16, per("n_ctx", width), true),
-                buffer("k_summary", Elem::F16, per("n_blocks", 2 * width), true),
+                buffer("k_cache", Elem::F16, per("cache_rows", width), true),
+                buffer("v_cache", Elem::F16, per("cache_rows", width), true),
+                buffer("k_summary", Elem::F16, per("summary_rows", 2 * width), true),
                 buffer("cos_sin", Elem::F32, per("n_ctx", rope_dims), false),
-                buffer("pos", Elem::I32, fixed_len(1u32), false),
+                buffer("pos", Elem::I32, per("seqs", 1), false),
+                buffer("slots", Elem::I32, per("seqs", 1), false),
             ],
-            vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT), scalar("n_blocks", MAX_CONTEXT)],
+            vec![
+                scalar("tokens", MAX_TOKENS),
+                scalar("seqs", MAX_WINDOW),
+                scalar("n_ctx", MAX_CONTEXT),
+                scalar("n_blocks", MAX_CONTEXT),
+                scalar("cache_rows", u32::MAX),
+                scalar("summary_rows", u32::MAX),
+            ],
         )
     }
 
@@ -97,7 +108,6 @@ impl KernelOp for RopeStore {
                 ),
             );
         }
-        c.extents.push(("pos", 1));
     }
 
     fn tolerance(&self) -> f64 {

@@ -6,6 +6,7 @@
 //! the layer's attention kernels captured as one graph and replayed, so host launch
 //! overhead does not count.
 
+use crate::model::SLOTS_AT;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use strata_compiler::plan::KernelRecord;
@@ -54,12 +55,13 @@ impl Model {
         let q_bytes: Vec<u8> = q.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.backend.write(self.s.q, 0, &q_bytes)?;
         let layer = qsa::DENSE_LAYERS.min(self.layers.len() - 1);
-        let cache = self.caches[self.slot][layer];
+        let (cache, slot) = (self.caches[layer], self.slot);
+        let summary_at = slot * self.summary_bytes;
         let n_blocks = self.n_ctx.div_ceil(block);
         let mut out = Vec::new();
         for &context in contexts {
             let position = (context.max(1) - 1) as i32;
-            self.backend.write(self.s.pos, 0, &position.to_le_bytes())?;
+            self.write_positions(&[(position as u32, slot)])?;
             for budget in std::iter::once(None).chain(budgets.iter().map(|&b| Some(b))) {
                 let kernels = match budget {
                     Some(tokens) => {
@@ -85,7 +87,7 @@ impl Model {
                     let (s, blocks) = (&self.s, Arg::U32(n_blocks));
                     let score = [
                         ("q", q),
-                        ("k_summary", Arg::Buf(cache.summary, 0)),
+                        ("k_summary", Arg::Buf(cache.summary, summary_at)),
                         ("scores", Arg::Buf(s.scores, 0)),
                         ("pos", Arg::Buf(s.pos, 0)),
                         ("tokens", Arg::U32(1)),
@@ -112,8 +114,11 @@ impl Model {
                     ("partial", Arg::Buf(s.partial, 0)),
                     ("splits", Arg::Buf(s.splits, 0)),
                     ("pos", Arg::Buf(s.pos, 0)),
+                    ("slots", Arg::Buf(s.pos, SLOTS_AT)),
                     ("tokens", Arg::U32(1)),
+                    ("seqs", Arg::U32(1)),
                     ("n_ctx", Arg::U32(self.n_ctx)),
+                    ("cache_rows", Arg::U32(self.cache_rows())),
                 ];
                 if kernels.is_some() {
                     args.extend([("list", Arg::Buf(s.list, 0)), ("count", Arg::Buf(s.count, 0)), ("n_blocks", blocks)]);
@@ -191,8 +196,11 @@ impl Model {
             ("partial", buf(s.partial)),
             ("splits", buf(s.splits)),
             pos,
+            ("slots", Arg::Buf(s.pos, SLOTS_AT)),
             tokens,
+            ("seqs", Arg::U32(1)),
             ("n_ctx", Arg::U32(self.n_ctx)),
+            ("cache_rows", Arg::U32(self.cache_rows())),
         ];
         let Some(QsaKernels { score, select, sparse, budget }) = qsa else {
             return self.backend.call(dense, &common);
@@ -203,7 +211,8 @@ impl Model {
             ("count", buf(s.count)),
             ("n_blocks", Arg::U32(n_blocks)),
         );
-        self.backend.call(score, &[("q", q), ("k_summary", buf(cache.summary)), scores, pos, tokens, blocks])?;
+        let summary = Arg::Buf(cache.summary, self.slot * self.summary_bytes);
+        self.backend.call(score, &[("q", q), ("k_summary", summary), scores, pos, tokens, blocks])?;
         self.backend.call(select, &[scores, list, count, pos, tokens, blocks, ("budget", Arg::U32(*budget))])?;
         let mut args = common.to_vec();
         args.extend([list, count, blocks]);

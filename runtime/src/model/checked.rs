@@ -47,7 +47,7 @@ impl Model {
         self.pass_slots = vec![slot];
         let end = self.pos[slot];
         self.pos[slot] = end.saturating_sub(t);
-        self.backend.write(self.s.pos, 0, &(self.pos[slot] as i32).to_le_bytes())?;
+        self.write_positions(&[(self.pos[slot], slot)])?;
         let found = self.replay_checked(&steps);
         self.pos[slot] = end;
         Ok(found?.unwrap_or_else(|| "the replayed pass found no non-finite output".into()))

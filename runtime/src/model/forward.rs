@@ -28,13 +28,6 @@ impl Compiled for Kernels {
     fn has(&mut self, op: &Op) -> bool {
         Kernels::has(self, op)
     }
-
-    fn attention_splits(&mut self, op: &Op) -> u32 {
-        match self.get(op).map(|k| k.tuning) {
-            Ok(Tuning::Attention(t)) => t.splits,
-            _ => strata_compiler::plan::rules::ATTENTION_SPLITS,
-        }
-    }
 }
 
 impl Layer {
@@ -172,15 +165,24 @@ impl Model {
             Buf::List => (s.list, 0),
             Buf::Count => (s.count, 0),
             Buf::Pos => (s.pos, 0),
+            Buf::Slots => (s.pos, super::SLOTS_AT),
             Buf::CosSin => (s.cos_sin, 0),
             Buf::CosSinLocal => (s.cos_sin_local, 0),
             Buf::Logits => (s.logits, 0),
             Buf::KCache(l, seq) | Buf::VCache(l, seq) | Buf::KSummary(l, seq) => {
                 let slot = *self.pass_slots.get(seq as usize).ok_or_else(missing)?;
-                let cache = self.caches[slot].get(l as usize).ok_or_else(missing)?;
+                let cache = self.caches.get(l as usize).ok_or_else(missing)?;
+                match at.buf {
+                    Buf::KCache(..) => (cache.k, slot * self.cache_bytes),
+                    Buf::VCache(..) => (cache.v, slot * self.cache_bytes),
+                    _ => (cache.summary, slot * self.summary_bytes),
+                }
+            }
+            Buf::KCaches(l) | Buf::VCaches(l) | Buf::KSummaries(l) => {
+                let cache = self.caches.get(l as usize).ok_or_else(missing)?;
                 let buf = match at.buf {
-                    Buf::KCache(..) => cache.k,
-                    Buf::VCache(..) => cache.v,
+                    Buf::KCaches(_) => cache.k,
+                    Buf::VCaches(_) => cache.v,
                     _ => cache.summary,
                 };
                 (buf, 0)
@@ -205,6 +207,17 @@ impl Model {
         Ok(Arg::Buf(buf, base + at.offset as usize * 4))
     }
 
+    /// Rows of a layer's KV cache pool: every slot's positions (a u32: the context
+    /// check at load keeps the pool far below 2^32 rows).
+    pub(crate) fn cache_rows(&self) -> u32 {
+        u32::try_from(self.pos.len() * self.n_ctx as usize).unwrap_or(u32::MAX)
+    }
+
+    /// Blocks of a layer's key summary pool: every slot's blocks.
+    pub(crate) fn summary_rows(&self) -> u32 {
+        u32::try_from(self.pos.len() * self.n_ctx.div_ceil(self.block) as usize).unwrap_or(u32::MAX)
+    }
+
     /// A scalar a step leaves to the runtime.
     pub(super) fn value(&self, v: Value) -> u32 {
         match v {
@@ -213,6 +226,8 @@ impl Model {
             Value::Blocks => self.n_ctx.div_ceil(self.block),
             Value::Budget => self.qsa.unwrap_or(0),
             Value::Slots => self.experts.as_ref().map_or(0, |x| x.pool_slots),
+            Value::CacheRows => self.cache_rows(),
+            Value::SummaryRows => self.summary_rows(),
         }
     }
 

@@ -1,14 +1,18 @@
-//! The KV caches: per sequence slot and layer, the keys and values of every position read
-//! so far (f16 rows) and the keys' per-block (min, max) summaries that QSA scores blocks
-//! by. A slot's position says how much of its cache holds the sequence: resetting or
-//! rewinding only moves it back, and later passes overwrite what lies beyond.
+//! The KV caches: per layer, one pool of every sequence slot's keys and values of every
+//! position read so far (f16 rows, slot-major) and of the keys' per-block (min, max)
+//! summaries that QSA scores blocks by, so that one launch serves all of a batch's
+//! sequences (each kernel reads its sequence's slot). A slot's position says how much of
+//! its cache holds the sequence: resetting or rewinding only moves it back, and later
+//! passes overwrite what lies beyond.
 
 use strata_compiler::model::ModelDesc;
+use strata_compiler::plan::MAX_WINDOW;
 
 use super::Model;
 use crate::backend::{Backend, BufferId, RunError};
 
-/// One layer's KV cache in one slot: keys, values (f16 rows) and the keys' block summaries.
+/// One layer's KV cache pool: keys, values (f16 rows) and the keys' block summaries of
+/// every slot, slot after slot.
 #[derive(Clone, Copy)]
 pub(crate) struct Cache {
     pub(crate) k: BufferId,
@@ -17,8 +21,8 @@ pub(crate) struct Cache {
 }
 
 impl Cache {
-    /// Bytes of one layer's keys (as many for its values) and of its key summaries, for
-    /// `n_ctx` positions in `n_blocks` blocks.
+    /// Bytes of one slot's keys of a layer (as many for its values) and of its key
+    /// summaries, for `n_ctx` positions in `n_blocks` blocks.
     pub(super) fn sizes(desc: &ModelDesc, n_ctx: u32, n_blocks: usize) -> (usize, usize) {
         let kv_width = (desc.kv_heads * desc.head_dim_k) as usize;
         let cache_bytes = n_ctx as usize * kv_width * 2;
@@ -26,31 +30,40 @@ impl Cache {
         (cache_bytes, summary_bytes)
     }
 
-    /// Allocates `slots` sequence slots of `layers` caches each.
-    pub(super) fn alloc_slots(
+    /// Allocates `layers` pools of `slots` slots, each slot `cache_bytes` of keys (and of
+    /// values) and `summary_bytes` of summaries.
+    pub(super) fn alloc_pools(
         b: &mut dyn Backend,
         slots: usize,
         layers: u32,
         cache_bytes: usize,
         summary_bytes: usize,
-    ) -> Result<Vec<Vec<Cache>>, RunError> {
-        (0..slots)
-            .map(|_| {
-                (0..layers)
-                    .map(|_| {
-                        Ok(Cache {
-                            k: b.alloc(cache_bytes)?,
-                            v: b.alloc(cache_bytes)?,
-                            summary: b.alloc(summary_bytes)?,
-                        })
-                    })
-                    .collect()
-            })
-            .collect::<Result<Vec<Vec<_>>, RunError>>()
+    ) -> Result<Vec<Cache>, RunError> {
+        let too_big = || RunError::Other(format!("{slots} KV cache slots do not fit an allocation"));
+        let (cache, summary) = (
+            cache_bytes.checked_mul(slots).ok_or_else(too_big)?,
+            summary_bytes.checked_mul(slots).ok_or_else(too_big)?,
+        );
+        (0..layers).map(|_| Ok(Cache { k: b.alloc(cache)?, v: b.alloc(cache)?, summary: b.alloc(summary)? })).collect()
     }
 }
 
 impl Model {
+    /// Writes the first position and cache slot of each of a pass's sequences
+    /// (`(position, slot)`, in pass order) where its kernels read them
+    /// ([`Buf::Pos`](strata_compiler::forward::Buf::Pos), then
+    /// [`Buf::Slots`](strata_compiler::forward::Buf::Slots) [`MAX_WINDOW`] entries on).
+    pub(crate) fn write_positions(&mut self, seqs: &[(u32, usize)]) -> Result<(), RunError> {
+        let n = MAX_WINDOW as usize;
+        let mut v = vec![0i32; 2 * n];
+        for (i, &(pos, slot)) in seqs.iter().enumerate().take(n) {
+            v[i] = pos as i32;
+            v[n + i] = slot as i32;
+        }
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.backend.write(self.s.pos, 0, &bytes)
+    }
+
     /// Empties the current slot's KV cache (a new sequence).
     pub fn reset(&mut self) {
         self.pos[self.slot] = 0;
@@ -103,14 +116,15 @@ impl Model {
             }
         }
         let summary = bytes(&summary);
+        let (at, summary_at) = (self.slot * self.cache_bytes, self.slot * self.summary_bytes);
         for l in 0..self.layers.len() {
-            let cache = self.caches[self.slot][l];
+            let cache = self.caches[l];
             for start in (0..depth as usize).step_by(period) {
                 let n = (depth as usize - start).min(period) * width * 2;
-                self.backend.write(cache.k, start * width * 2, &k_bytes[..n])?;
-                self.backend.write(cache.v, start * width * 2, &v_bytes[..n])?;
+                self.backend.write(cache.k, at + start * width * 2, &k_bytes[..n])?;
+                self.backend.write(cache.v, at + start * width * 2, &v_bytes[..n])?;
             }
-            self.backend.write(cache.summary, 0, &summary)?;
+            self.backend.write(cache.summary, summary_at, &summary)?;
         }
         self.pos[self.slot] = depth;
         Ok(())

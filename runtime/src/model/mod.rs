@@ -49,6 +49,10 @@ use strata_compiler::plan::{MAX_WINDOW, Tuning, rules};
 use crate::backend::{Backend, GraphId, RunError};
 use crate::kernels::Kernels;
 
+/// Where in the positions buffer a pass's sequences' cache slots start (bytes): after
+/// [`MAX_WINDOW`] first positions (see [`Model::write_positions`]).
+pub(crate) const SLOTS_AT: usize = MAX_WINDOW as usize * 4;
+
 /// A kind of pass: (tokens, sequences, logits, first sparse layer).
 type PassKey = (u32, u32, Logits, Option<u32>);
 
@@ -71,8 +75,12 @@ pub struct Model {
     /// Whether prompt chunks take the GEMMs (and a mixture of experts' the grouped
     /// expert GEMMs), not GEMV windows.
     chunk_gemm: bool,
-    /// Per sequence slot, per layer: the KV cache.
-    pub(crate) caches: Vec<Vec<Cache>>,
+    /// Per layer: the KV cache pool of every sequence slot.
+    pub(crate) caches: Vec<Cache>,
+    /// Bytes of a slot's keys (as many of its values) in a layer's pool.
+    pub(crate) cache_bytes: usize,
+    /// Bytes of a slot's key summaries in a layer's pool.
+    pub(crate) summary_bytes: usize,
     /// KV positions per block of the key summaries (and of QSA's selection).
     pub(crate) block: u32,
     /// The op of every step of the forward pass (the description the plan compiled).
@@ -187,7 +195,7 @@ impl Model {
         let scratch_chunk = if grouped { chunk.max(grouped_chunk) } else { chunk };
         let s = Scratch::alloc(b, &mut kernels, &desc, &ops, widest, scratch_chunk, n_ctx, n_blocks)?;
         let (cache_bytes, summary_bytes) = Cache::sizes(&desc, n_ctx, n_blocks);
-        let caches = Cache::alloc_slots(b, slots, desc.layers, cache_bytes, summary_bytes)?;
+        let caches = Cache::alloc_pools(b, slots, desc.layers, cache_bytes, summary_bytes)?;
         let table = rope::table(n_ctx, &rope::Rope::of(&desc, rope::freq_factors(pack, &desc)?))?;
         b.write(s.cos_sin, 0, &table)?;
         if let Some(local) = rope::Rope::local(&desc) {
@@ -245,6 +253,8 @@ impl Model {
             chunk,
             chunk_gemm,
             caches,
+            cache_bytes,
+            summary_bytes,
             block,
             ops,
             shapes,
@@ -361,7 +371,7 @@ impl Model {
     fn upload_ids(&mut self, tokens: &[u32]) -> Result<(), RunError> {
         let ids: Vec<u8> = tokens.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
         self.backend.write(self.s.ids, 0, &ids)?;
-        self.backend.write(self.s.pos, 0, &(self.pos[self.slot] as i32).to_le_bytes())
+        self.write_positions(&[(self.pos[self.slot], self.slot)])
     }
 
     /// Runs `tokens` (at most the wider of [`Model::chunk`] and [`Model::window`]) at

@@ -131,8 +131,9 @@ impl Scratch {
             xd: f32s(b, c * widest / 16)?,
             logits: f32s(b, c * desc.vocab as usize)?,
             ids: f32s(b, c)?,
-            // One first position a sequence: a batch of decode steps has up to a window.
-            pos: f32s(b, w.max(1))?,
+            // A pass's sequences' first positions, then their cache slots (Buf::Slots),
+            // MAX_WINDOW of each.
+            pos: f32s(b, 2 * MAX_WINDOW as usize)?,
             next: f32s(b, c)?,
             cos_sin: f32s(b, table)?,
             cos_sin_local: f32s(b, if desc.sliding.is_some() { table } else { 1 })?,

@@ -7,12 +7,13 @@ use rayon::prelude::*;
 use strata_compiler::plan::{MAX_WINDOW, Tuning};
 
 use super::RunError;
-use super::io::{OpIo, floats};
+use super::io::{OpIo, floats, halves};
 use strata_compiler::ops;
 
 /// Writes `partial` (per share: max score, sum of weights, weighted values) and `splits`
-/// (the shares used) for `tokens` tokens from position `pos`; a token past `n_ctx`
-/// leaves its states as they were and uses none.
+/// (the shares used) for `tokens` tokens, `seqs` sequences of `tokens / seqs` each
+/// (sequence `s` from position `pos[s]` in cache slot `slots[s]`, `n_ctx` rows a slot); a
+/// token past `n_ctx` leaves its states as they were and uses none.
 pub(super) fn run(op: &ops::Attention, io: &mut OpIo) -> Result<(), RunError> {
     let ops::Attention { heads, kv_heads, head_dim, scale, block, sparse, window } = *op;
     let Tuning::Attention(tuning) = &io.spec().tuning else {
@@ -21,11 +22,27 @@ pub(super) fn run(op: &ops::Attention, io: &mut OpIo) -> Result<(), RunError> {
     let (heads, kv_heads, hd, block) = (heads as usize, kv_heads as usize, head_dim as usize, block as usize);
     let (n_ctx, tokens, n_blocks) =
         (io.scalar("n_ctx") as usize, io.scalar("tokens") as usize, io.scalar("n_blocks") as usize);
-    let pos = io.ints("pos", 1)[0] as usize;
+    let seqs = (io.scalar("seqs") as usize).max(1);
+    let (pos, slots) = (io.ints("pos", seqs), io.ints("slots", seqs));
+    if pos.len() < seqs || slots.len() < seqs || tokens % seqs != 0 {
+        return Err(RunError::Other(format!(
+            "{}: {tokens} tokens in {seqs} sequences, positions and slots",
+            io.spec().name
+        )));
+    }
     let (width, group, splits, state) = (kv_heads * hd, heads / kv_heads, tuning.splits as usize, hd + 2);
+    let per = tokens / seqs;
     let q = io.floats("q", tokens * heads * hd);
-    let most = (pos + tokens).min(n_ctx);
-    let (kc, vc) = (io.halves("k_cache", most * width), io.halves("v_cache", most * width));
+    // Each sequence's slot, up to its last position.
+    let mut caches = Vec::with_capacity(seqs);
+    for seq in 0..seqs {
+        let (at, most) = (slots[seq].max(0) as usize * n_ctx * width * 2, (pos[seq].max(0) as usize + per).min(n_ctx));
+        let slot = |name| {
+            let bytes = io.input(name);
+            halves(&bytes[at.min(bytes.len())..], most * width)
+        };
+        caches.push((slot("k_cache"), slot("v_cache")));
+    }
     let (list, count) = if sparse {
         (io.ints("list", MAX_WINDOW as usize * kv_heads * n_blocks), io.ints("count", MAX_WINDOW as usize * kv_heads))
     } else {
@@ -36,8 +53,9 @@ pub(super) fn run(op: &ops::Attention, io: &mut OpIo) -> Result<(), RunError> {
     // One (token, head) a task: its shares exactly as the kernel splits them.
     partial.par_chunks_mut(splits * state).zip(used.par_iter_mut()).enumerate().for_each(|(i, (out, used))| {
         let (t, h) = (i / heads, i % heads);
-        let kvh = h / group;
-        let n_kv = pos + t + 1;
+        let (kvh, seq) = (h / group, t / per);
+        let (kc, vc) = (&caches[seq].0, &caches[seq].1);
+        let n_kv = pos[seq].max(0) as usize + t % per + 1;
         if n_kv > n_ctx {
             return;
         }

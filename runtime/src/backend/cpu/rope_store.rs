@@ -9,15 +9,24 @@ use super::RunError;
 use super::io::{OpIo, halves};
 use strata_compiler::ops::{self, RopeStyle};
 
-/// Rotates `q` (output) and `k` of `tokens` tokens from position `pos`, writes `k` and
-/// `v` into `k_cache` and `v_cache` and refreshes `k_summary`. Positions from `n_ctx` on
-/// are left alone.
+/// Rotates `q` (output) and `k` of `tokens` tokens, `seqs` sequences of `tokens / seqs`
+/// each (sequence `s` from position `pos[s]`, in cache slot `slots[s]` of the pools of
+/// `n_ctx` rows and `n_blocks` summaries a slot), writes `k` and `v` into the slot's rows of
+/// `k_cache` and `v_cache` and refreshes its `k_summary`. Positions from `n_ctx` on are
+/// left alone.
 pub(super) fn run(op: &ops::RopeStore, io: &mut OpIo) -> Result<(), RunError> {
     let ops::RopeStore { style, heads, kv_heads, head_dim, rope_dims, block } = *op;
     let (heads, kv, hd, rd) = (heads as usize, kv_heads as usize, head_dim as usize, rope_dims as usize);
     let (tokens, n_ctx) = (io.scalar("tokens") as usize, io.scalar("n_ctx") as usize);
     let (block, n_blocks) = (block as usize, io.scalar("n_blocks") as usize);
-    let pos0 = io.ints("pos", 1)[0] as usize;
+    let seqs = (io.scalar("seqs") as usize).max(1);
+    let (pos, slots) = (io.ints("pos", seqs), io.ints("slots", seqs));
+    if pos.len() < seqs || slots.len() < seqs || tokens % seqs != 0 {
+        return Err(RunError::Other(format!(
+            "{}: {tokens} tokens in {seqs} sequences, positions and slots",
+            io.spec().name
+        )));
+    }
     let table = io.floats("cos_sin", n_ctx * rd);
     let mut q = io.floats("q", tokens * heads * hd);
     let mut k = io.floats("k", tokens * kv * hd);
@@ -34,27 +43,32 @@ pub(super) fn run(op: &ops::RopeStore, io: &mut OpIo) -> Result<(), RunError> {
             h[b] = x0 * s + x1 * c;
         }
     };
-    let width = kv * hd;
-    let end = (pos0 + tokens).min(n_ctx);
-    for t in 0..end.saturating_sub(pos0) {
-        let p = pos0 + t;
-        q[t * heads * hd..(t + 1) * heads * hd].chunks_exact_mut(hd).for_each(|h| rotate(h, p));
-        k[t * width..(t + 1) * width].chunks_exact_mut(hd).for_each(|h| rotate(h, p));
-        for (name, src) in [("k_cache", &k), ("v_cache", &v)] {
-            let row = &mut io.target_mut(name)?[2 * p * width..2 * (p + 1) * width];
-            for (out, x) in row.chunks_exact_mut(2).zip(&src[t * width..(t + 1) * width]) {
-                out.copy_from_slice(&f16::from_f32(*x).to_le_bytes());
-            }
-        }
-    }
-    // The key summary of every block the window wrote into, over its rows so far.
+    let (width, per) = (kv * hd, tokens / seqs);
     // Refused when either is unbound, whether or not a row was written.
     io.target("k_cache")?;
     io.target("k_summary")?;
-    if end > pos0 {
+    for seq in 0..seqs {
+        let (pos0, slot) = (pos[seq].max(0) as usize, slots[seq].max(0) as usize);
+        let (rows, summaries) = (slot * n_ctx, slot * n_blocks);
+        let end = (pos0 + per).min(n_ctx);
+        for p in pos0..end.max(pos0) {
+            let t = seq * per + p - pos0;
+            q[t * heads * hd..(t + 1) * heads * hd].chunks_exact_mut(hd).for_each(|h| rotate(h, p));
+            k[t * width..(t + 1) * width].chunks_exact_mut(hd).for_each(|h| rotate(h, p));
+            for (name, src) in [("k_cache", &k), ("v_cache", &v)] {
+                let row = &mut io.target_mut(name)?[2 * (rows + p) * width..2 * (rows + p + 1) * width];
+                for (out, x) in row.chunks_exact_mut(2).zip(&src[t * width..(t + 1) * width]) {
+                    out.copy_from_slice(&f16::from_f32(*x).to_le_bytes());
+                }
+            }
+        }
+        // The key summary of every block the sequence wrote into, over its rows so far.
+        if end <= pos0 {
+            continue;
+        }
         for blk in pos0 / block..=(end - 1) / block {
-            let rows = blk * block..((blk + 1) * block).min(end);
-            let keys = halves(&io.target("k_cache")?[2 * rows.start * width..], rows.len() * width);
+            let span = blk * block..((blk + 1) * block).min(end);
+            let keys = halves(&io.target("k_cache")?[2 * (rows + span.start) * width..], span.len() * width);
             let summary = io.target_mut("k_summary")?;
             for h in 0..kv {
                 for d in 0..hd {
@@ -63,7 +77,7 @@ pub(super) fn run(op: &ops::RopeStore, io: &mut OpIo) -> Result<(), RunError> {
                         column.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)));
                     for (which, value) in [(0, lo), (1, hi)] {
                         if blk < n_blocks {
-                            let at = 2 * (((h * n_blocks + blk) * hd + d) * 2 + which);
+                            let at = 2 * ((summaries * 2 * width) + ((h * n_blocks + blk) * hd + d) * 2 + which);
                             summary[at..at + 2].copy_from_slice(&f16::from_f32(value).to_le_bytes());
                         }
                     }
