@@ -22,14 +22,7 @@ pub(super) fn run(op: &ops::Attention, io: &mut OpIo) -> Result<(), RunError> {
     let (heads, kv_heads, hd, block) = (heads as usize, kv_heads as usize, head_dim as usize, block as usize);
     let (n_ctx, tokens, n_blocks) =
         (io.scalar("n_ctx") as usize, io.scalar("tokens") as usize, io.scalar("n_blocks") as usize);
-    let seqs = (io.scalar("seqs") as usize).max(1);
-    let (pos, slots) = (io.ints("pos", seqs), io.ints("slots", seqs));
-    if pos.len() < seqs || slots.len() < seqs || tokens % seqs != 0 {
-        return Err(RunError::Other(format!(
-            "{}: {tokens} tokens in {seqs} sequences, positions and slots",
-            io.spec().name
-        )));
-    }
+    let (seqs, pos, slots) = io.sequences(tokens)?;
     let (width, group, splits, state) = (kv_heads * hd, heads / kv_heads, tuning.splits as usize, hd + 2);
     let per = tokens / seqs;
     let q = io.floats("q", tokens * heads * hd);

@@ -78,6 +78,18 @@ impl<'a> OpIo<'a> {
         halves(self.input(name), n)
     }
 
+    /// A pass's sequences (`seqs`, each `tokens / seqs` columns) with each one's first
+    /// position and cache slot (`pos`, `slots`): what `rope_store` and attention read.
+    pub(super) fn sequences(&self, tokens: usize) -> Result<(usize, Vec<i32>, Vec<i32>), RunError> {
+        let seqs = (self.scalar("seqs") as usize).max(1);
+        let (pos, slots) = (self.ints("pos", seqs), self.ints("slots", seqs));
+        if pos.len() < seqs || slots.len() < seqs || !tokens.is_multiple_of(seqs) {
+            let name = &self.spec.name;
+            return Err(RunError::Other(format!("{name}: {tokens} tokens in {seqs} sequences, positions and slots")));
+        }
+        Ok((seqs, pos, slots))
+    }
+
     /// The current bytes of output `name` from its offset on, for an op that updates
     /// only part of it; an error when it is not bound.
     pub(super) fn target(&self, name: &str) -> Result<&[u8], RunError> {

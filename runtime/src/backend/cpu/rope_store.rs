@@ -19,14 +19,7 @@ pub(super) fn run(op: &ops::RopeStore, io: &mut OpIo) -> Result<(), RunError> {
     let (heads, kv, hd, rd) = (heads as usize, kv_heads as usize, head_dim as usize, rope_dims as usize);
     let (tokens, n_ctx) = (io.scalar("tokens") as usize, io.scalar("n_ctx") as usize);
     let (block, n_blocks) = (block as usize, io.scalar("n_blocks") as usize);
-    let seqs = (io.scalar("seqs") as usize).max(1);
-    let (pos, slots) = (io.ints("pos", seqs), io.ints("slots", seqs));
-    if pos.len() < seqs || slots.len() < seqs || tokens % seqs != 0 {
-        return Err(RunError::Other(format!(
-            "{}: {tokens} tokens in {seqs} sequences, positions and slots",
-            io.spec().name
-        )));
-    }
+    let (seqs, pos, slots) = io.sequences(tokens)?;
     let table = io.floats("cos_sin", n_ctx * rd);
     let mut q = io.floats("q", tokens * heads * hd);
     let mut k = io.floats("k", tokens * kv * hd);
