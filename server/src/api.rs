@@ -37,12 +37,17 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
     /// A body that could not be read (over the limit: 413; stalled: 400) as a JSON error.
     fn from(rejection: axum::extract::rejection::BytesRejection) -> ApiError {
         let status = rejection.status();
-        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            "the request body is over the server's limit (--body-limit)".to_owned()
-        } else {
-            format!("the request body could not be read: {}", rejection.body_text())
-        };
-        ApiError::new(status, message, None)
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            return ApiError::body_too_large();
+        }
+        ApiError::new(status, format!("the request body could not be read: {}", rejection.body_text()), None)
+    }
+}
+
+impl ApiError {
+    /// 413: a body over `--body-limit`, whether its Content-Length says so or its bytes.
+    pub fn body_too_large() -> ApiError {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "the request body is over the server's limit (--body-limit)", None)
     }
 }
 

@@ -51,8 +51,19 @@ pub(crate) fn router(state: Shared, body_limit: usize) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "this route does not take that method", None)
         })
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(body_limit, refuse_declared_oversize))
         .layer(middleware::from_fn(observe::observe))
         .with_state(state)
+}
+
+/// 413 at once for a body whose Content-Length is over the limit, without reading it
+/// (the body limit alone reads up to the limit first, then closes on a client still sending).
+async fn refuse_declared_oversize(Extract(limit): Extract<usize>, request: HttpRequest, next: Next) -> Response {
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return ApiError::body_too_large().into_response();
+    }
+    next.run(request).await
 }
 
 /// Whether `header` is `Bearer KEY` (the scheme in any case, as RFC 7235 has it), the

@@ -149,8 +149,6 @@ impl Client {
         body: Option<&str>,
         headers: &[(&str, &str)],
     ) -> (u16, String, String) {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connects");
-        s.set_read_timeout(Some(Duration::from_secs(300))).expect("timeout");
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
@@ -160,7 +158,15 @@ impl Client {
         }
         req.push_str("\r\n");
         req.push_str(body.unwrap_or(""));
-        s.write_all(req.as_bytes()).expect("sends");
+        self.exchange_raw(&req)
+    }
+
+    /// Writes `request` as it is on its own connection: the status, the head (lowercased)
+    /// and the body.
+    pub fn exchange_raw(&self, request: &str) -> (u16, String, String) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connects");
+        s.set_read_timeout(Some(Duration::from_secs(300))).expect("timeout");
+        s.write_all(request.as_bytes()).expect("sends");
         let mut raw = Vec::new();
         s.read_to_end(&mut raw).expect("reads");
         let raw = String::from_utf8_lossy(&raw).into_owned();
