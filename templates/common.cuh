@@ -90,6 +90,16 @@ STRATA_DEVICE u32 strata_ld32(const u8* p) {
 }
 STRATA_DEVICE float strata_f16_at(const u8* p) { return strata_f16_to_f32((u16)strata_ld16(p)); }
 
+// Paged KV caches: a sequence's positions are stored a block of `page` positions a pool page; the row of the
+// page table `pages` of its cache slot (n_pages entries) names the page of each block, and a position's row in
+// the pool is its page times `page` plus its place in the block.
+STRATA_DEVICE u32 strata_kv_page(const i32* pages, u32 slot, u32 n_pages, u32 block) {
+    return (u32)pages[(u64)slot * n_pages + block];
+}
+STRATA_DEVICE u64 strata_kv_row(const i32* pages, u32 slot, u32 n_pages, u32 p, u32 page) {
+    return (u64)strata_kv_page(pages, slot, n_pages, p / page) * page + p % page;
+}
+
 #if STRATA_CHECKED
 // --checked: every global access is tested first; the first violation is recorded as
 // [count, kernel, buffer, index low, index high, block x, block y, thread] and the

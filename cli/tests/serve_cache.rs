@@ -1,11 +1,18 @@
 //! The slots' prompt cache over a socket: a chat's next turn reads only its new tokens
 //! (`usage.prompt_tokens_details.cached_tokens`, `/metrics`) and writes the text a cold
-//! request writes; another conversation meanwhile takes the other slot.
+//! request writes; another conversation meanwhile takes the other slot. And the paged KV
+//! pool under them (`--kv-budget`): requests wait for pages, one the pool cannot hold is
+//! refused, and a client that goes away gives its pages back.
 
 mod serve_harness;
 
+use std::io::Read;
+use std::net::TcpStream;
+
 use serde_json::{Value, json};
 use serve_harness::Server;
+
+const PROMPT: &str = "The capital of France is";
 
 fn ask(messages: &Value, cache: bool) -> Value {
     json!({ "messages": messages, "max_tokens": 24, "temperature": 0, "cache_prompt": cache })
@@ -63,4 +70,93 @@ fn a_chat_turn_reads_only_its_new_tokens_and_writes_what_a_cold_request_writes()
     let (_, p3, cached3) = reply(&v);
     assert!(cached3 >= p2, "{cached3} of {p3}");
     assert_eq!(cached_metric(&server), cached + cached3);
+}
+
+/// Reads a streamed response until its first token's event: the request holds a slot.
+fn first_event(s: &mut TcpStream) {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("data: {") {
+        let n = s.read(&mut buf).expect("the stream goes on");
+        assert!(n > 0, "the stream ended early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[test]
+fn a_small_kv_pool_refuses_what_it_cannot_hold_queues_what_must_wait_and_gets_pages_back() {
+    // 2 MiB: a few 16-position pages of SmolLM2's 30 layers, less than one context of 256.
+    let Some(server) = Server::start(&["--parallel", "2", "--kv-budget", "2"], &[], "ready") else { return };
+    let (total, block) = (server.metric("kv_pages_total"), server.metric("kv_page_positions"));
+    let ready = server.log.lines().into_iter().find(|l| l.contains("ready: ")).expect("a ready line");
+    assert!(ready.contains(&format!("KV pool of {} positions in {total} pages", total * block)), "{ready}");
+    assert!(total >= 3.0 && total * block < 256.0, "{total} pages of {block}");
+    assert_eq!(server.metric("kv_pages_free"), total, "nothing is held yet");
+
+    // More than the whole pool: a 400 that names the sizes.
+    let over = (total * block) as u64;
+    let (status, v) = server.post("/v1/completions", &json!({ "prompt": "Hi", "max_tokens": over, "temperature": 0 }));
+    assert_eq!(status, 400, "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("KV cache") && message.contains("--kv-budget"), "{message}");
+    assert_eq!(v["error"]["param"], "max_tokens", "{v}");
+
+    // A client that goes away mid-stream gives its pages back.
+    let mut s = server
+        .send("/v1/completions", &json!({ "prompt": PROMPT, "max_tokens": 40, "temperature": 0, "stream": true }));
+    first_event(&mut s);
+    assert!(server.metric("kv_pages_reserved") > 0.0);
+    drop(s);
+    server.wait_metric("kv_pages_reserved", 0.0);
+    server.wait_metric("kv_pages_free", total);
+
+    // Each of these reserves more than half the pool: the second waits for the first's
+    // pages, though a slot is free, then writes what it writes alone.
+    let half = ((total / 2.0).floor() * block) as u64;
+    let body = move |prompt: &str| json!({ "prompt": prompt, "max_tokens": half + 1, "temperature": 0, "cache_prompt": false });
+    let (status, v) = server.post("/v1/completions", &body("Once upon a time"));
+    assert_eq!(status, 200, "{v}");
+    let alone = v["choices"][0]["text"].clone();
+    let mut s = server.send(
+        "/v1/completions",
+        &json!({ "prompt": PROMPT, "max_tokens": half + 1, "temperature": 0, "stream": true }),
+    );
+    first_event(&mut s);
+    let client = server.client;
+    let second = std::thread::spawn(move || client.post("/v1/completions", &body("Once upon a time")));
+    server.wait_metric("requests_waiting", 1.0);
+    let mut rest = String::new();
+    s.read_to_string(&mut rest).expect("the first stream ends");
+    assert!(rest.contains("[DONE]"), "{rest}");
+    let (status, v) = second.join().expect("the second client");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"], alone, "queued and alone agree");
+    assert_eq!(server.metric("kv_pages_reserved"), 0.0);
+}
+
+#[test]
+fn a_request_starts_from_the_pages_of_a_prefix_a_running_request_holds() {
+    let Some(server) = Server::start(&["--parallel", "2", "--ctx", "512"], &[], "ready") else { return };
+    let system = "You are a helpful assistant. Answer in one short sentence, plainly, without lists.";
+    let chat =
+        |question: &str| json!([{ "role": "system", "content": system }, { "role": "user", "content": question }]);
+    // The first conversation runs in one slot while the second arrives: the second takes
+    // the other slot, starting from the whole pages of the system prompt the first holds.
+    let first = json!({ "messages": chat("Tell me a long story about a dragon."), "max_tokens": 40, "temperature": 0, "stream": true });
+    let mut s = server.send("/v1/chat/completions", &first);
+    first_event(&mut s);
+    let (status, v) = server.post("/v1/chat/completions", &ask(&chat("What is the capital of France?"), true));
+    assert_eq!(status, 200, "{v}");
+    let (warm, prompt, cached) = reply(&v);
+    assert!(
+        cached >= 16 && cached % 16 == 0 && cached < prompt,
+        "whole pages of the shared prefix: {cached} of {prompt}"
+    );
+    drop(s);
+    // The same request cold writes the same.
+    let (status, v) = server.post("/v1/chat/completions", &ask(&chat("What is the capital of France?"), false));
+    assert_eq!(status, 200, "{v}");
+    let (cold, _, none) = reply(&v);
+    assert_eq!(none, 0);
+    assert_eq!(cold, warm, "a borrowed prefix and a cold read agree");
 }

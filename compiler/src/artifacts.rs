@@ -28,8 +28,9 @@ use crate::pack::{Pack, PackError};
 use crate::plan::{self, KernelRecord, Options, Plan, PlanError};
 use crate::target::Target;
 
-/// Manifest format version; bumped when the layout changes incompatibly.
-pub const FORMAT: u32 = 1;
+/// Manifest format version; bumped when the layout changes incompatibly, or the kernels'
+/// interface with the runtime does (2: paged KV caches, read through a page table).
+pub const FORMAT: u32 = 2;
 /// The manifest's file name.
 pub const MANIFEST: &str = "manifest.toml";
 

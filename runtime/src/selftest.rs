@@ -85,7 +85,8 @@ fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
         Op::RopeStore(ops::RopeStore { block, .. })
         | Op::Attention(ops::Attention { block, .. })
         | Op::QsaScore(ops::QsaScore { block, .. })
-        | Op::QsaSelect(ops::QsaSelect { block, .. }) => block,
+        | Op::QsaSelect(ops::QsaSelect { block, .. })
+        | Op::AttentionPrefill(ops::AttentionPrefill { page: block, .. }) => block,
         _ => 1,
     };
     let gemm_tile = match &spec.tuning {
@@ -108,8 +109,10 @@ fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
         // A batch: each of the three tokens its own sequence in its own cache slot (QSA's
         // selection reads one sequence).
         ("seqs", _) if !matches!(spec.op, Op::Attention(ops::Attention { sparse: true, .. })) => 3,
-        ("cache_rows", _) => TEST_SLOTS * TEST_CTX,
-        ("summary_rows", _) => TEST_SLOTS * TEST_CTX.div_ceil(block),
+        // Paged KV: a pool of as many pages as the slots' page tables name (each page
+        // once, in a scrambled order: see `random_bytes`).
+        ("cache_rows", _) => TEST_SLOTS * TEST_CTX.div_ceil(block) * block,
+        ("summary_rows" | "table_entries", _) => TEST_SLOTS * TEST_CTX.div_ceil(block),
         ("budget", _) => TEST_BUDGET,
         ("slots", _) => TEST_SLOTS,
         _ => 1,
@@ -188,6 +191,13 @@ fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha
         let (_, offsets, order) = crate::backend::cpu::moe_group(&logits, experts as usize, used as usize);
         let ints = if b.name == "offsets" { offsets } else { order };
         return Ok(ints.iter().take(n).flat_map(|v| v.to_le_bytes()).collect());
+    }
+    // The KV page tables: every page of the pool once, shuffled, so that no sequence's
+    // positions lie in order and a page's rows are found only through the table.
+    if b.name == "pages" {
+        let mut pages: Vec<i32> = (0..n as i32).collect();
+        rand::seq::SliceRandom::shuffle(pages.as_mut_slice(), &mut ChaCha8Rng::seed_from_u64(0x9a6e));
+        return Ok(pages.iter().flat_map(|v| v.to_le_bytes()).collect());
     }
     // The merge's split counts: 1 to the most there are; its partial states
     // [max, sum, acc[head]] with positive sums, as attention writes them (a sum near zero

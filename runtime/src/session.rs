@@ -21,7 +21,7 @@ use crate::backend::hip::{self, Hip};
 use crate::backend::host;
 use crate::backend::{Backend, DeviceEntry, DeviceInfo, RunError};
 use crate::kernels::Kernels;
-use crate::model::{ExpertOptions, Model, Placement, QsaConfig};
+use crate::model::{ExpertOptions, KvBudget, Model, Placement, QsaConfig};
 use crate::selftest::{self, Outcome};
 use crate::speculative::SpeculativeConfig;
 use crate::speculative::draft::DraftModel;
@@ -73,8 +73,11 @@ pub struct OpenOptions {
     /// How long a start may go without progress before the start-up watchdog (run by the
     /// caller, see `watchdog`) ends it, naming the stage.
     pub startup_timeout: Duration,
-    /// Sequences held at once (KV caches), for serving several clients.
+    /// Sequences held at once, for serving several clients.
     pub slots: usize,
+    /// The KV pool the slots take pages from (`--kv-budget`; by default a whole context
+    /// for each slot).
+    pub kv: KvBudget,
     /// Int8-dot GEMVs, for kernels planned here: on the CPU, and when compiling into the
     /// cache (compiled artifacts carry their own choice).
     pub int8: Int8Dot,
@@ -107,6 +110,7 @@ impl Default for OpenOptions {
             deadline: Duration::from_secs(10),
             startup_timeout: Duration::from_secs(300),
             slots: 1,
+            kv: KvBudget::PerSlot,
             int8: Int8Dot::Auto,
             spec: SpeculativeConfig::OFF,
             draft_pack: None,
@@ -367,10 +371,18 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
         (kernels, compiled, Some(art))
     };
     report(Event::Stage("upload"));
-    let mut model =
-        Model::load(&pack, backend, kernels, n_ctx, window, opts.prefill, opts.slots, &opts.experts, &mut |d, t| {
-            report(Event::Upload(d, t))
-        })?;
+    let mut model = Model::load(
+        &pack,
+        backend,
+        kernels,
+        n_ctx,
+        window,
+        opts.prefill,
+        opts.slots,
+        opts.kv,
+        &opts.experts,
+        &mut |d, t| report(Event::Upload(d, t)),
+    )?;
     if let Some(p) = model.expert_placement() {
         report(Event::Experts(p));
         if opts.spec.enabled() && model.window() < opts.spec.window {
@@ -396,6 +408,8 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
                 draft_pack: None,
                 draft_artifacts: None,
                 qsa: QsaConfig::OFF,
+                // The draft's own caches: a whole context a slot (it is small).
+                kv: KvBudget::PerSlot,
                 ..opts.clone()
             };
             let drafter = open(path, &draft_opts, report).map_err(|e| RunError::Other(format!("draft pack: {e}")))?;

@@ -16,9 +16,15 @@
 //! sequence that needs a token in a round, whose step may yield several tokens (passed
 //! on one a round). With more than one, batching serves them better than drafts.
 //!
-//! A slot keeps its KV cache after a request: the next request goes to the free slot
-//! whose cache shares the longest prefix with its prompt and reads only the rest (a
-//! chat's next turn reads only the new turn).
+//! The KV cache is paged (see `strata_runtime::model`): a request is admitted once the
+//! pool can reserve the pages of its prompt and of every token it may generate, so that
+//! the requests in the slots never run out of pages; the oldest waits in the queue until
+//! then. A slot keeps its KV cache after a request (not after a failure or a client that
+//! went away): the next request goes to the free slot whose cache shares the longest
+//! prefix with its prompt and reads only the rest (a chat's next turn reads only the new
+//! turn), or starts from the whole pages of a longer prefix another slot holds, running or
+//! idle, sharing them (a system prompt many conversations start with is held once); idle
+//! caches give up their pages, least recently used first, when running requests need them.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -132,6 +138,8 @@ struct Active {
     read: usize,
     /// Prompt tokens the slot held from an earlier request.
     cached: usize,
+    /// KV pages reserved for the request: its prompt and every token it may generate.
+    pages: u32,
     /// Tokens computed but not yet reported (the model has read all but the last);
     /// empty before the prompt is read.
     pending: VecDeque<(u32, Option<TokenLogprob>)>,
@@ -146,10 +154,11 @@ struct Active {
 }
 
 impl Active {
-    fn new(job: Job, spec: Speculator, cached: usize) -> Active {
+    fn new(job: Job, spec: Speculator, cached: usize, pages: u32) -> Active {
         Active {
             read: cached,
             cached,
+            pages,
             sampler: Sampler::new(job.sampler.clone()),
             decoder: StreamDecoder::new(),
             stops: StopMatcher::new(job.stop.clone()),
@@ -213,6 +222,112 @@ fn prompt_budgets(slots: &[Option<Active>], budget: usize) -> Vec<usize> {
     budgets
 }
 
+/// The KV pool as admission sees it: what a request reserves, and what the pool can give.
+#[derive(Clone, Copy, Debug)]
+pub struct KvPool {
+    /// Pages in the pool.
+    pub pages: u32,
+    /// Positions a page.
+    pub block: u32,
+    /// The context: the most positions a sequence holds.
+    pub n_ctx: u32,
+    /// Draft tokens a verify window may write past a sequence's last.
+    pub window: u32,
+    /// Sequence slots.
+    pub slots: u32,
+}
+
+impl KvPool {
+    /// The pool of `s`'s model.
+    pub fn of(s: &Session) -> KvPool {
+        let block = s.model.qsa_block().max(1);
+        let slots = s.model.slots() as u32;
+        KvPool { pages: s.model.kv_pages().1, block, n_ctx: s.model.n_ctx(), window: s.model.window(), slots }
+    }
+
+    /// The pages a request reserves: its prompt, every token it may generate and a
+    /// verify window's draft tokens past them, within the context.
+    pub fn pages_for(&self, prompt: usize, max_tokens: usize) -> u32 {
+        let positions = prompt.saturating_add(max_tokens).saturating_add(self.window as usize).min(self.n_ctx as usize);
+        (positions as u32).div_ceil(self.block.max(1))
+    }
+
+    /// The most prompt and generated tokens together that `pages` pages hold.
+    pub fn positions(&self, pages: u32) -> usize {
+        let tokens = pages as usize * self.block as usize;
+        if tokens >= self.n_ctx as usize { self.n_ctx as usize } else { tokens.saturating_sub(self.window as usize) }
+    }
+
+    /// Positions the whole pool holds for one request.
+    pub fn most(&self) -> usize {
+        self.positions(self.pages)
+    }
+
+    /// Positions a slot's share of the pool holds (a request without `max_tokens` may
+    /// generate up to it, or up to the whole pool where its prompt needs more).
+    pub fn share(&self) -> usize {
+        self.positions(self.pages / self.slots.max(1))
+    }
+}
+
+/// Empties idle slots' caches, least recently used first, until the pool's free pages
+/// cover what the running requests may still take (their reservations less what they
+/// hold): then no request runs out of pages mid-way. An idle slot's cache is kept only
+/// as a prefix for a later request.
+fn make_room(s: &mut Session, slots: &[Option<Active>], held: &mut [Vec<u32>], used: &[u64]) -> Result<(), RunError> {
+    let owed: u32 =
+        (0..slots.len()).filter_map(|i| Some(slots[i].as_ref()?.pages.saturating_sub(s.model.kv_held(i)))).sum();
+    while s.model.kv_pages().0 < owed {
+        let idle = (0..slots.len()).filter(|&i| slots[i].is_none() && s.model.kv_held(i) > 0).min_by_key(|&i| used[i]);
+        let Some(i) = idle else {
+            return Err(RunError::Other(format!(
+                "the KV pool cannot cover its reservations: {owed} pages owed, {} free",
+                s.model.kv_pages().0
+            )));
+        };
+        s.model.select(i)?;
+        s.model.reset();
+        held[i].clear();
+    }
+    Ok(())
+}
+
+/// Puts `job` on a free slot: the one whose cache shares the longest prefix with its
+/// prompt (else the one holding least, so that a new conversation keeps others' prefixes
+/// where it can), which keeps that prefix; where another slot, running or idle, shares
+/// more whole pages, the slot starts from those pages instead (a system prompt another
+/// conversation holds). Returns the slot and the prompt tokens its cache holds; `None`
+/// where no slot is free.
+fn place(
+    s: &mut Session,
+    slots: &[Option<Active>],
+    held: &[Vec<u32>],
+    job: &Job,
+) -> Result<Option<(usize, usize)>, RunError> {
+    // The tokens each slot's cache holds.
+    let known: Vec<Vec<u32>> = (0..slots.len())
+        .map(|i| match &slots[i] {
+            Some(a) => a.held(s.model.pos_of(i) as usize),
+            None => held[i].clone(),
+        })
+        .collect();
+    let shared = |i: usize| if job.cache_prompt { shared_prefix(&known[i], &job.prompt) } else { 0 };
+    let free = (0..slots.len()).filter(|&i| slots[i].is_none());
+    let Some(slot) = free.max_by_key(|&i| (shared(i), std::cmp::Reverse(known[i].len()))) else { return Ok(None) };
+    // The slot forgets what follows the shared prefix (all of it for a new conversation).
+    s.model.select(slot)?;
+    let mut cached = s.model.keep_prefix(shared(slot) as u32)? as usize;
+    let block = s.model.qsa_block().max(1) as usize;
+    let borrowed = (0..slots.len()).filter(|&i| i != slot).map(|i| (shared(i) / block * block, i)).max();
+    if let Some((whole, from)) = borrowed
+        && whole > cached
+    {
+        s.model.share_prefix(from, whole as u32)?;
+        cached = whole;
+    }
+    Ok(Some((slot, cached)))
+}
+
 /// Serves jobs from `jobs` until every sender is gone, reading at most `batch_tokens`
 /// tokens a round (prompt chunks and decoded tokens).
 pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tokens: usize) {
@@ -221,7 +336,12 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
     // request goes to the free slot sharing the longest prefix with its prompt, and
     // reads only the rest (a chat's next turn, a shared system prompt).
     let mut held: Vec<Vec<u32>> = vec![Vec::new(); slots.len()];
+    // Per slot, when its last request ended (a round count): idle caches give way least
+    // recently used first.
+    let mut used: Vec<u64> = vec![0; slots.len()];
+    let mut round: u64 = 0;
     let mut waiting: VecDeque<Job> = VecDeque::new();
+    let pool = KvPool::of(&s);
     loop {
         if slots.iter().all(Option::is_none) && waiting.is_empty() {
             match jobs.recv() {
@@ -239,28 +359,38 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
         }
         // Queued requests whose clients went away give their places back now.
         waiting.retain(|job| !job.events.is_closed());
+        round += 1;
         while slots.iter().any(Option::is_none) {
+            let Some(job) = waiting.front() else { break };
+            // The oldest request waits until the pool can reserve its pages (the server
+            // refused those the whole pool cannot hold).
+            let reserved: u32 = slots.iter().flatten().map(|a| a.pages).sum();
+            let need = pool.pages_for(job.prompt.len(), job.max_tokens);
+            if reserved + need > pool.pages {
+                break;
+            }
             let Some(job) = waiting.pop_front() else { break };
             if job.events.is_closed() {
                 continue;
             }
-            let free = (0..slots.len()).filter(|&i| slots[i].is_none());
-            let shared = |i: usize| if job.cache_prompt { shared_prefix(&held[i], &job.prompt) } else { 0 };
-            // The longest shared prefix; else the slot holding least, so that a new
-            // conversation keeps others' prefixes where it can.
-            let Some(slot) = free.max_by_key(|&i| (shared(i), std::cmp::Reverse(held[i].len()))) else { break };
-            let cached = shared(slot);
-            // The slot forgets what follows the shared prefix (all of it for a new
-            // conversation).
-            let rewound = s.model.select(slot).and_then(|()| s.model.rewind(cached as u32));
-            if let Err(e) = rewound {
-                let _ = job.events.send(Event::Error(e.to_string()));
-                continue;
-            }
+            let (slot, cached) = match place(&mut s, &slots, &held, &job) {
+                Ok(Some(placed)) => placed,
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = job.events.send(Event::Error(e.to_string()));
+                    continue;
+                }
+            };
             held[slot].clear();
-            slots[slot] = Some(Active::new(job, Speculator::new(s.spec), cached));
+            slots[slot] = Some(Active::new(job, Speculator::new(s.spec), cached, need));
+            if let Err(e) = make_room(&mut s, &slots, &mut held, &used)
+                && let Some(a) = slots[slot].take()
+            {
+                let _ = a.job.events.send(Event::Error(e.to_string()));
+            }
         }
         metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
+        kv_metrics(&s, &slots, &metrics);
         // Every request's turn: a prompt chunk within the round's budget, or one token
         // reported.
         let budgets = prompt_budgets(&slots, batch_tokens);
@@ -310,8 +440,21 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
         if let Some(experts) = s.model.take_expert_stats() {
             metrics.experts(&experts);
         }
+        for (i, slot) in slots.iter().enumerate() {
+            if slot.is_some() {
+                used[i] = round;
+            }
+        }
         metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
+        kv_metrics(&s, &slots, &metrics);
     }
+}
+
+/// The KV pool's pages as `/metrics` shows them: free, reserved by running requests, in all.
+fn kv_metrics(s: &Session, slots: &[Option<Active>], metrics: &Metrics) {
+    let (free, total) = s.model.kv_pages();
+    let reserved = slots.iter().flatten().map(|a| a.pages).sum();
+    metrics.set_kv(free, reserved, total, s.model.qsa_block());
 }
 
 /// Takes the request out of slot `i` (it is over, or `failed` on the device), keeps what
@@ -328,12 +471,19 @@ fn retire(
 ) {
     let Some(ended) = slots[i].take() else { return };
     metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting);
-    // What the slot holds now, unless the device failed under it.
+    // What the slot holds now, kept as a prefix for a later request; its pages are
+    // given up where the device failed under it or the client went away.
+    let gone = failed || ended.job.events.is_closed();
     let pos = s.model.select(i).map(|()| s.model.pos() as usize);
-    held[i] = match (failed, pos) {
-        (false, Ok(pos)) => ended.held(pos),
-        _ => Vec::new(),
+    held[i] = match pos {
+        Ok(pos) if !gone => ended.held(pos),
+        Ok(_) => {
+            s.model.reset();
+            Vec::new()
+        }
+        Err(_) => Vec::new(),
     };
+    kv_metrics(s, slots, metrics);
     if let Some(event) = ended.done {
         let _ = ended.job.events.send(event);
     }
@@ -509,7 +659,7 @@ mod tests {
             admission,
             received: now - Duration::from_millis(age),
         };
-        let mut a = Active::new(job, Speculator::new(strata_runtime::speculative::SpeculativeConfig::OFF), 0);
+        let mut a = Active::new(job, Speculator::new(strata_runtime::speculative::SpeculativeConfig::OFF), 0, 1);
         a.read = read;
         a
     }

@@ -71,6 +71,8 @@ struct Ready {
     jobs: Mutex<std::sync::mpsc::Sender<Job>>,
     tokenizer: Arc<Tokenizer>,
     n_ctx: u32,
+    /// The KV pool requests reserve their pages from.
+    kv: engine::KvPool,
     /// Prompts longer than this cannot fit the context ([`prompt::max_prompt_bytes`]).
     max_prompt_bytes: usize,
     /// The vocabulary as constrained decoding reads it; `None` for a pack without an
@@ -183,12 +185,17 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
                 let grammars = Grammars::new(&tokenizer)
                     .inspect_err(|e| tracing::warn!("structured output and forced tool calls are off: {e}"))
                     .ok();
-                let ready = Ready { jobs: Mutex::new(jobs), tokenizer, n_ctx, max_prompt_bytes, grammars };
+                let kv = engine::KvPool::of(&session);
+                // The pool as /metrics shows it from the first ready moment.
+                loader_state.metrics.set_kv(session.model.kv_pages().0, 0, kv.pages, kv.block);
+                let ready = Ready { jobs: Mutex::new(jobs), tokenizer, n_ctx, kv, max_prompt_bytes, grammars };
                 let _ = loader_state.ready.set(ready);
                 tracing::info!(
-                    "ready: {url}/v1 (model {}, {} slot(s), context {n_ctx})",
+                    "ready: {url}/v1 (model {}, {} slot(s), context {n_ctx}, KV pool of {} positions in {} pages)",
                     loader_state.model_ids.join(", "),
-                    config.open.slots.max(1)
+                    config.open.slots.max(1),
+                    kv.pages as u64 * u64::from(kv.block),
+                    kv.pages,
                 );
                 engine::run(session, queue, Arc::clone(&loader_state.metrics), config.batch_tokens);
             }

@@ -72,6 +72,8 @@ pub struct Metrics {
     batches: AtomicU64,
     batched: AtomicU64,
     waiting: AtomicUsize,
+    /// The KV pool: pages free, reserved by running requests, in all; positions a page.
+    kv: Mutex<[u32; 4]>,
     /// The expert cache's counters (mixture-of-experts packs).
     experts: Mutex<ExpertStats>,
     /// Completion tokens in the last few seconds, for a current decode rate.
@@ -143,6 +145,14 @@ impl Metrics {
     pub fn set_load(&self, running: usize, waiting: usize) {
         self.running.store(running, Ordering::Relaxed);
         self.waiting.store(waiting, Ordering::Relaxed);
+    }
+
+    /// The KV pool's pages: free, reserved by the running requests, in all, and the
+    /// positions a page holds.
+    pub fn set_kv(&self, free: u32, reserved: u32, total: u32, block: u32) {
+        if let Ok(mut kv) = self.kv.lock() {
+            *kv = [free, reserved, total, block];
+        }
     }
 
     /// The Prometheus text exposition.
@@ -224,8 +234,23 @@ impl Metrics {
         metric(
             "requests_waiting",
             "gauge",
-            "Requests queued for a slot.",
+            "Requests queued for a slot or for KV pages.",
             self.waiting.load(Ordering::Relaxed).to_string(),
+        );
+        let [free, reserved, total, block] = self.kv.lock().map_or([0; 4], |kv| *kv);
+        metric("kv_pages_total", "gauge", "Pages of the KV cache pool.", total.to_string());
+        metric("kv_page_positions", "gauge", "KV positions a page holds.", block.to_string());
+        metric(
+            "kv_pages_free",
+            "gauge",
+            "Pages no slot holds (the rest hold running requests or idle slots' cached prefixes).",
+            free.to_string(),
+        );
+        metric(
+            "kv_pages_reserved",
+            "gauge",
+            "Pages reserved for the running requests (prompt and every token each may generate).",
+            reserved.to_string(),
         );
         if let Ok(l) = self.latencies.lock() {
             l.ttft.render(

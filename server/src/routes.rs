@@ -286,6 +286,19 @@ fn prepare(state: &State, body: &[u8], chat: bool) -> Result<Prepared, ApiError>
             ..ApiError::field(param, format!("the prompt ({len} tokens) fills the context of {n_ctx} tokens"))
         });
     }
+    // The KV pool must hold the prompt and every token the request may generate.
+    let (kv, most) = (ready.kv, ready.kv.most());
+    if len >= most {
+        return Err(ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::field(
+                param,
+                format!(
+                    "the prompt ({len} tokens) fills the KV cache pool, which holds {most} tokens a request (--kv-budget)"
+                ),
+            )
+        });
+    }
     let max_tokens = match req.max_tokens {
         Some(m) if len + m > n_ctx => {
             return Err(ApiError::field(
@@ -293,8 +306,19 @@ fn prepare(state: &State, body: &[u8], chat: bool) -> Result<Prepared, ApiError>
                 format!("the prompt ({len} tokens) and max_tokens ({m}) exceed the context of {n_ctx} tokens"),
             ));
         }
+        Some(m) if len + m > most => {
+            return Err(ApiError::field(
+                "max_tokens",
+                format!(
+                    "the prompt ({len} tokens) and max_tokens ({m}) need {} tokens of KV cache; the pool holds {most} a request (--kv-budget)",
+                    len + m
+                ),
+            ));
+        }
         Some(m) => m,
-        None => n_ctx - len,
+        // Up to the slot's share of the pool, or the whole pool where the prompt needs it.
+        None if len < kv.share() => kv.share() - len,
+        None => most - len,
     };
     // A reasoning model thinks before the answer a grammar constrains.
     let thinking = match (chat && opened, chat && t.chat_template().is_some_and(reasoning::template_thinks)) {

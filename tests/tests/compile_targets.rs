@@ -337,7 +337,7 @@ fn prefill_plan(target: &Target, checked: bool) -> strata_compiler::plan::Plan {
         .iter()
         .map(|&(heads, kv_heads, head_dim)| {
             let scale = 1.0 / (head_dim as f32).sqrt();
-            let op = ops::AttentionPrefill { heads, kv_heads, head_dim, scale, window: 0 };
+            let op = ops::AttentionPrefill { heads, kv_heads, head_dim, scale, window: 0, page: 16 };
             let mut k = strata_compiler::plan::rules::kernel_with(op.into(), target, &options);
             if checked {
                 k.buffers.push(strata_compiler::plan::Buffer {

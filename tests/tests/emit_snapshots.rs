@@ -154,7 +154,7 @@ fn prefill_attention_kernels() {
             .map(|(heads, kv_heads, head_dim)| {
                 let scale = 1.0 / (head_dim as f32).sqrt();
                 plan::rules::kernel_with(
-                    ops::AttentionPrefill { heads, kv_heads, head_dim, scale, window: 0 }.into(),
+                    ops::AttentionPrefill { heads, kv_heads, head_dim, scale, window: 0, page: 16 }.into(),
                     &target,
                     &options,
                 )

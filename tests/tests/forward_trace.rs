@@ -15,7 +15,7 @@ use strata_compiler::target::Target;
 use strata_runtime::backend::cpu::Cpu;
 use strata_runtime::backend::{Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, RunError};
 use strata_runtime::kernels::Kernels;
-use strata_runtime::model::{CacheSize, ExpertOptions, Logits, Model, QsaConfig};
+use strata_runtime::model::{CacheSize, ExpertOptions, KvBudget, Logits, Model, QsaConfig};
 use strata_tests::{synthetic_pack, synthetic_pack_of};
 
 /// A buffer as the trace names it: `b` and its allocation number.
@@ -111,9 +111,19 @@ fn trace_pack(bytes: Vec<u8>, int8: Int8Dot, experts: ExpertOptions) -> String {
     let plan = plan::plan(&desc, &pack, &target, &options).expect("plans");
     let log = std::rc::Rc::new(std::cell::RefCell::new(String::new()));
     let backend = Box::new(Recorder { cpu: Cpu::new(), log: log.clone() });
-    let mut model =
-        Model::load(&pack, backend, Kernels::compiled(plan.kernels), 128, 4, 6, 1, &experts, &mut |_, _| {})
-            .expect("loads");
+    let mut model = Model::load(
+        &pack,
+        backend,
+        Kernels::compiled(plan.kernels),
+        128,
+        4,
+        6,
+        1,
+        KvBudget::PerSlot,
+        &experts,
+        &mut |_, _| {},
+    )
+    .expect("loads");
     log.borrow_mut().clear();
     let section = |log: &std::rc::Rc<std::cell::RefCell<String>>, title: &str| {
         let _ = writeln!(log.borrow_mut(), "== {title}");

@@ -14,7 +14,7 @@ use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::Preset;
 use strata_runtime::backend::cpu::{moe_group, moe_route, route_weights, top_experts};
 use strata_runtime::generate;
-use strata_runtime::model::{CacheSize, ExpertOptions, Policy, QsaConfig};
+use strata_runtime::model::{CacheSize, ExpertOptions, KvBudget, Policy, QsaConfig};
 use strata_runtime::sampler::{Sampler, SamplerConfig};
 use strata_runtime::session::{self, BackendChoice, OpenOptions};
 use strata_runtime::speculative::SpeculativeConfig;
@@ -188,8 +188,19 @@ fn compiled_model(
     let load = move |window: u32, prefill: u32| {
         let kernels = Kernels::compiled(kernels.iter().cloned());
         let experts = ExpertOptions { cache, ..ExpertOptions::default() };
-        Model::load(&pack, Box::new(Cpu::new()), kernels, 96, window, prefill, 1, &experts, &mut |_, _| {})
-            .expect("loads")
+        Model::load(
+            &pack,
+            Box::new(Cpu::new()),
+            kernels,
+            96,
+            window,
+            prefill,
+            1,
+            KvBudget::PerSlot,
+            &experts,
+            &mut |_, _| {},
+        )
+        .expect("loads")
     };
     (compiled, load)
 }

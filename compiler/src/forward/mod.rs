@@ -157,10 +157,10 @@ impl Forward {
     /// `window` positions; `None` where the heads are too long for its tiles (a chunk's
     /// attention is then the split decode attention).
     pub fn attention_prefill(&self, window: Option<u32>) -> Option<Op> {
-        let (heads, kv_heads, head_dim) = (self.heads, self.kv_heads, self.head_dim);
+        let (heads, kv_heads, head_dim, page) = (self.heads, self.kv_heads, self.head_dim, self.block);
         let window = window.unwrap_or(0);
         (head_dim <= ops::attention_prefill::MAX_HEAD_DIM)
-            .then(|| ops::AttentionPrefill { heads, kv_heads, head_dim, scale: self.scale, window }.into())
+            .then(|| ops::AttentionPrefill { heads, kv_heads, head_dim, scale: self.scale, window, page }.into())
     }
 
     /// The token embedding rows of a `quant` table (scaled, for Gemma).

@@ -85,18 +85,14 @@ pub enum Buf {
     CosSinLocal,
     /// The logits.
     Logits,
-    /// A layer's key cache, of the pass's `.1`-th sequence.
-    KCache(u32, u32),
-    /// A layer's value cache, of the pass's `.1`-th sequence.
-    VCache(u32, u32),
-    /// A layer's key block summaries, of the pass's `.1`-th sequence.
-    KSummary(u32, u32),
-    /// A layer's key caches of every slot (its pool, slot-major), which kernels that
-    /// read [`Buf::Slots`] index.
+    /// The KV page table: each slot's row names the pool page of each of its blocks.
+    Pages,
+    /// A layer's key cache pool (pages of every slot), which kernels find a sequence's
+    /// rows in through [`Buf::Slots`] and [`Buf::Pages`].
     KCaches(u32),
-    /// A layer's value caches of every slot.
+    /// A layer's value cache pool.
     VCaches(u32),
-    /// A layer's key block summaries of every slot.
+    /// A layer's key block summaries, one a page.
     KSummaries(u32),
     /// A layer's row of the expert-to-slot map.
     SlotOf(u32),
@@ -179,10 +175,12 @@ pub enum Value {
     Budget,
     /// The expert pools' slots.
     Slots,
-    /// Rows of a layer's KV cache pool: positions of every slot.
+    /// Rows of a layer's KV cache pool: positions of every page.
     CacheRows,
-    /// Blocks of a layer's key summary pool: blocks of every slot.
+    /// Pages of a layer's pool (its key summaries, one a page).
     SummaryRows,
+    /// Entries of the page table: blocks of every slot.
+    TableEntries,
 }
 
 /// One step of a pass.
@@ -392,9 +390,24 @@ impl Walk<'_, '_> {
             && seqs == 1
             && let Some(prefill) = self.f.attention_prefill(window)
         {
-            let (k, v) = (at(Buf::KCache(l, 0)), at(Buf::VCache(l, 0)));
-            let args = [("q", q), ("k_cache", k), ("v_cache", v), ("out", at(Buf::AttnOut)), ("pos", at(Buf::Pos))];
-            self.launch(prefill, &args, &[tokens, ("n_ctx", Value::Ctx)]);
+            let (k, v) = (at(Buf::KCaches(l)), at(Buf::VCaches(l)));
+            let args = [
+                ("q", q),
+                ("k_cache", k),
+                ("v_cache", v),
+                ("out", at(Buf::AttnOut)),
+                ("pos", at(Buf::Pos)),
+                ("slots", at(Buf::Slots)),
+                ("pages", at(Buf::Pages)),
+            ];
+            let sizes = [
+                tokens,
+                ("n_ctx", Value::Ctx),
+                ("n_blocks", Value::Blocks),
+                ("cache_rows", Value::CacheRows),
+                ("table_entries", Value::TableEntries),
+            ];
+            self.launch(prefill, &args, &sizes);
             return false;
         }
         self.split_attention(l, q, t, seqs, sparse && window.is_none() && seqs == 1, window);
@@ -413,13 +426,16 @@ impl Walk<'_, '_> {
     /// Split attention's partial states of the pass's `t` tokens, its `seqs` sequences'
     /// in one launch (QSA's selection: one sequence).
     fn split_attention(&mut self, l: u32, q: At, t: u32, seqs: u32, sparse: bool, window: Option<u32>) {
+        let (blocks, table) = (("n_blocks", Value::Blocks), ("table_entries", Value::TableEntries));
         let sizes = [
             ("tokens", Value::Count(t)),
             ("seqs", Value::Count(seqs)),
             ("n_ctx", Value::Ctx),
             ("cache_rows", Value::CacheRows),
+            blocks,
+            table,
         ];
-        let (pos, blocks) = (("pos", at(Buf::Pos)), ("n_blocks", Value::Blocks));
+        let (pos, slots, pages) = (("pos", at(Buf::Pos)), ("slots", at(Buf::Slots)), ("pages", at(Buf::Pages)));
         let mut args = vec![
             ("q", q),
             ("k_cache", at(Buf::KCaches(l))),
@@ -427,7 +443,8 @@ impl Walk<'_, '_> {
             ("partial", at(Buf::Partial)),
             ("splits", at(Buf::Splits)),
             pos,
-            ("slots", at(Buf::Slots)),
+            slots,
+            pages,
         ];
         if !sparse {
             self.launch(self.f.attention(false, window), &args, &sizes);
@@ -436,13 +453,11 @@ impl Walk<'_, '_> {
         let (scores, list, count) = (("scores", at(Buf::Scores)), ("list", at(Buf::List)), ("count", at(Buf::Count)));
         self.launch(
             self.f.qsa_score(),
-            &[("q", q), ("k_summary", at(Buf::KSummary(l, 0))), scores, pos],
-            &[sizes[0], blocks],
+            &[("q", q), ("k_summary", at(Buf::KSummaries(l))), scores, pos, slots, pages],
+            &[sizes[0], blocks, ("summary_rows", Value::SummaryRows), table],
         );
         self.launch(self.f.qsa_select(), &[scores, list, count, pos], &[sizes[0], blocks, ("budget", Value::Budget)]);
         args.extend([list, count]);
-        let mut sizes = sizes.to_vec();
-        sizes.push(blocks);
         self.launch(self.f.attention(true, None), &args, &sizes);
     }
 
@@ -666,6 +681,7 @@ impl Forward {
                 ("cos_sin", at(if self.window(l).is_some() { Buf::CosSinLocal } else { Buf::CosSin })),
                 ("pos", at(Buf::Pos)),
                 ("slots", at(Buf::Slots)),
+                ("pages", at(Buf::Pages)),
             ];
             let sizes = [
                 ("tokens", count(t)),
@@ -674,6 +690,7 @@ impl Forward {
                 ("n_blocks", Value::Blocks),
                 ("cache_rows", Value::CacheRows),
                 ("summary_rows", Value::SummaryRows),
+                ("table_entries", Value::TableEntries),
             ];
             w.launch(self.rope_store(), &store, &sizes);
             let seqs = pass.seqs.max(1);

@@ -11,10 +11,9 @@ use crate::target::Target;
 
 /// Attention of each token of a window, one query per head, over the f16 KV cache,
 /// causal (grouped-query): a pass holds `seqs` sequences of `tokens / seqs` columns
-/// each, sequence `s` at positions from `pos[s]` in cache slot `slots[s]` of the layer's
-/// pool (`cache_rows / n_ctx` slots of `n_ctx` rows), so token `t` of sequence `s` sees its
-/// slot's positions up to `pos[s] + t`, and a batch of decode steps attends in one
-/// launch. Split
+/// each, sequence `s` at positions from `pos[s]` in the pages of cache slot `slots[s]`
+/// (paged KV, as [`super::RopeStore`] stores them), so token `t` of sequence `s` sees its
+/// positions up to `pos[s] + t`, and a batch of decode steps attends in one launch. Split
 /// over the KV positions (flash decoding): block (KV head, token, split) writes each
 /// query head's partial softmax state `[max, sum, acc[head_dim]]` for its share, and
 /// [`super::AttentionMerge`] combines the shares.
@@ -78,22 +77,24 @@ impl KernelOp for Attention {
             buffer("k_cache", Elem::F16, per("cache_rows", width), false),
             buffer("v_cache", Elem::F16, per("cache_rows", width), false),
         ];
-        let mut scalars = vec![
+        let scalars = vec![
             scalar("tokens", if sparse { MAX_WINDOW } else { MAX_TOKENS }),
             scalar("seqs", MAX_WINDOW),
             scalar("n_ctx", MAX_CONTEXT),
             scalar("cache_rows", u32::MAX),
+            scalar("n_blocks", MAX_CONTEXT),
+            scalar("table_entries", u32::MAX),
         ];
         if sparse {
             buffers.push(buffer("list", Elem::I32, per("n_blocks", MAX_WINDOW * kv_heads), false));
             buffers.push(buffer("count", Elem::I32, fixed_len(MAX_WINDOW * kv_heads), false));
-            scalars.push(scalar("n_blocks", MAX_CONTEXT));
         }
         buffers.extend([
             buffer("partial", Elem::F32, per("tokens", heads * t.splits * (head_dim + 2)), true),
             buffer("splits", Elem::I32, per("tokens", heads), true),
             buffer("pos", Elem::I32, per("seqs", 1), false),
             buffer("slots", Elem::I32, per("seqs", 1), false),
+            buffer("pages", Elem::I32, per("table_entries", 1), false),
         ]);
         Parts {
             // One block per (KV head, token of the window, split): the group's query

@@ -16,7 +16,8 @@ pub const MAX_HEAD_DIM: u32 = 128;
 
 /// `out[t][h] = softmax(q[t][h] · K[0..=pos[0]+t]ᵀ · scale) · V` for each token `t` of a
 /// chunk at `pos[0]` and query head `h` (grouped-query: head `h` reads KV head
-/// `h / (heads / kv_heads)`).
+/// `h / (heads / kv_heads)`), the keys and values read from the pages of cache slot
+/// `slots[0]` (paged KV, as [`super::RopeStore`] stores them).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttentionPrefill {
     /// Query heads.
@@ -31,6 +32,8 @@ pub struct AttentionPrefill {
     /// every earlier position).
     #[serde(default, skip_serializing_if = "super::is_zero")]
     pub window: u32,
+    /// KV positions a cache page (the KV block of [`super::RopeStore`]).
+    pub page: u32,
 }
 
 impl AttentionPrefill {
@@ -55,9 +58,9 @@ impl AttentionPrefill {
 
 impl KernelOp for AttentionPrefill {
     fn kernel_name(&self) -> String {
-        let AttentionPrefill { heads, kv_heads, head_dim, window, .. } = self;
+        let AttentionPrefill { heads, kv_heads, head_dim, window, page, .. } = self;
         let local = if *window > 0 { format!("_w{window}") } else { String::new() };
-        format!("attention_prefill_{heads}x{kv_heads}x{head_dim}{local}")
+        format!("attention_prefill_{heads}x{kv_heads}x{head_dim}{local}_p{page}")
     }
 
     fn record(&self, target: &Target, _options: &Options) -> Parts {
@@ -78,18 +81,29 @@ impl KernelOp for AttentionPrefill {
             tuning: Tuning::AttentionPrefill(t),
             buffers: vec![
                 buffer("q", Elem::F32, per("tokens", q_width), false),
-                buffer("k_cache", Elem::F16, per("n_ctx", kv_width), false),
-                buffer("v_cache", Elem::F16, per("n_ctx", kv_width), false),
+                buffer("k_cache", Elem::F16, per("cache_rows", kv_width), false),
+                buffer("v_cache", Elem::F16, per("cache_rows", kv_width), false),
                 buffer("out", Elem::F32, per("tokens", q_width), true),
                 buffer("pos", Elem::I32, fixed_len(1u32), false),
+                buffer("slots", Elem::I32, fixed_len(1u32), false),
+                buffer("pages", Elem::I32, per("table_entries", 1), false),
             ],
-            scalars: vec![scalar("tokens", MAX_TOKENS), scalar("n_ctx", MAX_CONTEXT)],
+            scalars: vec![
+                scalar("tokens", MAX_TOKENS),
+                scalar("n_ctx", MAX_CONTEXT),
+                scalar("n_blocks", MAX_CONTEXT),
+                scalar("cache_rows", u32::MAX),
+                scalar("table_entries", u32::MAX),
+            ],
         }
     }
 
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
-        let AttentionPrefill { heads, kv_heads, head_dim, .. } = *self;
+        let AttentionPrefill { heads, kv_heads, head_dim, page, .. } = *self;
         let l = &k.launch;
+        if page == 0 {
+            c.fail("positions a KV page", "0".into(), "at least one".into());
+        }
         super::rmsnorm::float_literal_check(c, "score scale", self.scale);
         if kv_heads == 0 || heads % kv_heads != 0 {
             c.fail("query heads per KV head", format!("{heads}/{kv_heads}"), "they must divide evenly".into());
@@ -172,11 +186,11 @@ impl KernelOp for AttentionPrefill {
     }
 
     fn context(&self, k: &KernelRecord, _target: &Target) -> Value {
-        let AttentionPrefill { heads, kv_heads, head_dim, scale, window } = *self;
+        let AttentionPrefill { heads, kv_heads, head_dim, scale, window, page } = *self;
         let Tuning::AttentionPrefill(t) = &k.tuning else { return json!({}) };
         let lanes = (k.launch.wave_size / 16).max(1);
         json!({
-            "window": window,
+            "window": window, "page": page,
             "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "group": self.group(),
             "kv_width": kv_heads * head_dim, "scale": c_float(scale),
             "rows": 16 * t.waves, "block_tokens": t.block_tokens, "used_rows": t.block_tokens * self.group(),
@@ -213,7 +227,8 @@ mod tests {
     /// fits chosen; shapes the kernel cannot run fail the static check, naming what.
     #[test]
     fn shapes_fit_or_fail_by_name() {
-        let op = |heads, kv_heads, head_dim| AttentionPrefill { heads, kv_heads, head_dim, scale: 0.1, window: 0 };
+        let op =
+            |heads, kv_heads, head_dim| AttentionPrefill { heads, kv_heads, head_dim, scale: 0.1, window: 0, page: 16 };
         for target in ["sm_80", "sm_90", "gfx1030", "gfx1100", "gfx90a"] {
             for (h, kv, d) in [(9, 3, 64), (32, 8, 128), (32, 4, 128), (16, 8, 128), (4, 2, 64)] {
                 assert_eq!(errors(op(h, kv, d), target), Vec::<String>::new(), "{target} {h}/{kv}x{d}");

@@ -411,7 +411,7 @@ mod tests {
             ),
             (AttentionMerge { heads: 32, head_dim: 128, q8: true }.into(), Int8Dot::Auto, grid_x_more),
             (
-                AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: 0.125, window: 0 }.into(),
+                AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: 0.125, window: 0, page: 16 }.into(),
                 Int8Dot::Auto,
                 shared,
             ),
@@ -452,7 +452,7 @@ mod tests {
                 AddRmsNorm { n: 4096, eps: bad, q8: true, experts: 8, norm_b: false }.into(),
                 Attention { heads: 32, kv_heads: 8, head_dim: 128, scale: bad, block: 16, sparse: false, window: 0 }
                     .into(),
-                AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: bad, window: 0 }.into(),
+                AttentionPrefill { heads: 9, kv_heads: 3, head_dim: 64, scale: bad, window: 0, page: 16 }.into(),
             ];
             for op in ops {
                 let options = Options::default();

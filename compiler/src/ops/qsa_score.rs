@@ -15,7 +15,8 @@ use crate::target::Target;
 /// summaries [`super::RopeStore`] keeps, in f32 in the order
 /// [`rules::qsa_score_lanes`] fixes for every target. The first block and the token's
 /// newest block score +∞ (always kept), blocks past it −∞. A block's summary is read
-/// once for every query of the window.
+/// once for every query of the window, from its page (the window is one sequence's, in
+/// cache slot `slots[0]`: paged as [`super::RopeStore`] stores it).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QsaScore {
     /// Query heads.
@@ -56,11 +57,18 @@ impl KernelOp for QsaScore {
             ),
             vec![
                 buffer("q", Elem::F32, per("tokens", heads * head_dim), false),
-                buffer("k_summary", Elem::F16, per("n_blocks", 2 * kv_heads * head_dim), false),
+                buffer("k_summary", Elem::F16, per("summary_rows", 2 * kv_heads * head_dim), false),
                 buffer("scores", Elem::F32, per("n_blocks", MAX_WINDOW * kv_heads), true),
                 buffer("pos", Elem::I32, fixed_len(1u32), false),
+                buffer("slots", Elem::I32, fixed_len(1u32), false),
+                buffer("pages", Elem::I32, per("table_entries", 1), false),
             ],
-            vec![scalar("tokens", MAX_WINDOW), scalar("n_blocks", MAX_CONTEXT)],
+            vec![
+                scalar("tokens", MAX_WINDOW),
+                scalar("n_blocks", MAX_CONTEXT),
+                scalar("summary_rows", u32::MAX),
+                scalar("table_entries", u32::MAX),
+            ],
         )
     }
 

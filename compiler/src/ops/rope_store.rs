@@ -12,18 +12,19 @@ use crate::target::Target;
 /// Rotary embedding of a window's Q heads (in place) and K heads, and the rotated K
 /// and V rows stored to the f16 caches: one launch for everything between the
 /// projections and attention. A pass holds `seqs` sequences of `tokens / seqs` columns
-/// each; sequence `s` stores at positions from `pos[s]` in cache slot `slots[s]` of the
-/// layer's pool (`cache_rows / n_ctx` slots of `n_ctx` rows), so a batch of decode steps
-/// stores all its sequences in one launch. Angles come from a host-computed (cos, sin)
+/// each; sequence `s` stores at positions from `pos[s]` in the pages of cache slot
+/// `slots[s]` (paged KV: the slot's row of the page table `pages`, `n_blocks` entries,
+/// names the pool page of each `block`-position block; a layer's pool holds
+/// `summary_rows` pages of `block` rows), so a batch of decode steps stores all its
+/// sequences in one launch. Angles come from a host-computed (cos, sin)
 /// table; positions and slots from device buffers, so a captured pass replays as is.
 ///
 /// It also keeps QSA's key summaries: for every `block`-position KV block the window
 /// writes into, the element-wise min and max over that block's keys so far (positions
 /// `block·b` to the window's last), per KV head, recomputed whole from the cache. A
 /// rewound position is therefore never in a summary once it is overwritten, and every
-/// block before the current one is summarized exactly. Layout [KV head][block]
-/// [dimension][min, max] within a slot's `n_blocks` blocks: a block's summary is one
-/// contiguous read.
+/// block before the current one is summarized exactly. Layout [page][KV head]
+/// [dimension][min, max]: a block's summary is one contiguous read.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RopeStore {
     /// Pairing.
@@ -77,6 +78,7 @@ impl KernelOp for RopeStore {
                 buffer("cos_sin", Elem::F32, per("n_ctx", rope_dims), false),
                 buffer("pos", Elem::I32, per("seqs", 1), false),
                 buffer("slots", Elem::I32, per("seqs", 1), false),
+                buffer("pages", Elem::I32, per("table_entries", 1), false),
             ],
             vec![
                 scalar("tokens", MAX_TOKENS),
@@ -85,6 +87,7 @@ impl KernelOp for RopeStore {
                 scalar("n_blocks", MAX_CONTEXT),
                 scalar("cache_rows", u32::MAX),
                 scalar("summary_rows", u32::MAX),
+                scalar("table_entries", u32::MAX),
             ],
         )
     }

@@ -6,7 +6,6 @@
 //! the layer's attention kernels captured as one graph and replayed, so host launch
 //! overhead does not count.
 
-use crate::model::SLOTS_AT;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use strata_compiler::plan::KernelRecord;
@@ -56,12 +55,11 @@ impl Model {
         self.backend.write(self.s.q, 0, &q_bytes)?;
         let layer = qsa::DENSE_LAYERS.min(self.layers.len() - 1);
         let (cache, slot) = (self.caches[layer], self.slot);
-        let summary_at = slot * self.summary_bytes;
         let n_blocks = self.n_ctx.div_ceil(block);
         let mut out = Vec::new();
         for &context in contexts {
             let position = (context.max(1) - 1) as i32;
-            self.write_positions(&[(position as u32, slot)])?;
+            self.write_positions(&[(position as u32, slot)], 1)?;
             for budget in std::iter::once(None).chain(budgets.iter().map(|&b| Some(b))) {
                 let kernels = match budget {
                     Some(tokens) => {
@@ -85,14 +83,14 @@ impl Model {
                 let mut parts = Vec::new();
                 if let Some(k) = &kernels {
                     let (s, blocks) = (&self.s, Arg::U32(n_blocks));
-                    let score = [
+                    let mut score = vec![
                         ("q", q),
-                        ("k_summary", Arg::Buf(cache.summary, summary_at)),
+                        ("k_summary", Arg::Buf(cache.summary, 0)),
                         ("scores", Arg::Buf(s.scores, 0)),
                         ("pos", Arg::Buf(s.pos, 0)),
                         ("tokens", Arg::U32(1)),
-                        ("n_blocks", blocks),
                     ];
+                    score.extend(self.kv_args());
                     let select = [
                         ("scores", Arg::Buf(s.scores, 0)),
                         ("list", Arg::Buf(s.list, 0)),
@@ -106,7 +104,7 @@ impl Model {
                     parts.push(("select", self.time_replayed(reps, &mut |m| m.backend.call(&k.select, &select))?));
                 }
                 let attention = if kernels.is_some() { &sparse } else { &dense };
-                let (s, blocks) = (&self.s, Arg::U32(n_blocks));
+                let s = &self.s;
                 let mut args = vec![
                     ("q", q),
                     ("k_cache", Arg::Buf(cache.k, 0)),
@@ -114,14 +112,13 @@ impl Model {
                     ("partial", Arg::Buf(s.partial, 0)),
                     ("splits", Arg::Buf(s.splits, 0)),
                     ("pos", Arg::Buf(s.pos, 0)),
-                    ("slots", Arg::Buf(s.pos, SLOTS_AT)),
                     ("tokens", Arg::U32(1)),
                     ("seqs", Arg::U32(1)),
                     ("n_ctx", Arg::U32(self.n_ctx)),
-                    ("cache_rows", Arg::U32(self.cache_rows())),
                 ];
+                args.extend(self.kv_args());
                 if kernels.is_some() {
-                    args.extend([("list", Arg::Buf(s.list, 0)), ("count", Arg::Buf(s.count, 0)), ("n_blocks", blocks)]);
+                    args.extend([("list", Arg::Buf(s.list, 0)), ("count", Arg::Buf(s.count, 0))]);
                 }
                 parts.push(("attention", self.time_replayed(reps, &mut |m| m.backend.call(attention, &args))?));
                 parts.push(("merge", self.time_replayed(reps, &mut |m| m.merge(&merge))?));
@@ -189,19 +186,18 @@ impl Model {
         let s = &self.s;
         let buf = |id| Arg::Buf(id, 0);
         let (pos, tokens) = (("pos", buf(s.pos)), ("tokens", Arg::U32(t)));
-        let common = [
+        let mut common = vec![
             ("q", q),
             ("k_cache", buf(cache.k)),
             ("v_cache", buf(cache.v)),
             ("partial", buf(s.partial)),
             ("splits", buf(s.splits)),
             pos,
-            ("slots", Arg::Buf(s.pos, SLOTS_AT)),
             tokens,
             ("seqs", Arg::U32(1)),
             ("n_ctx", Arg::U32(self.n_ctx)),
-            ("cache_rows", Arg::U32(self.cache_rows())),
         ];
+        common.extend(self.kv_args());
         let Some(QsaKernels { score, select, sparse, budget }) = qsa else {
             return self.backend.call(dense, &common);
         };
@@ -211,8 +207,9 @@ impl Model {
             ("count", buf(s.count)),
             ("n_blocks", Arg::U32(n_blocks)),
         );
-        let summary = Arg::Buf(cache.summary, self.slot * self.summary_bytes);
-        self.backend.call(score, &[("q", q), ("k_summary", summary), scores, pos, tokens, blocks])?;
+        let mut score_args = vec![("q", q), ("k_summary", buf(cache.summary)), scores, pos, tokens];
+        score_args.extend(self.kv_args());
+        self.backend.call(score, &score_args)?;
         self.backend.call(select, &[scores, list, count, pos, tokens, blocks, ("budget", Arg::U32(*budget))])?;
         let mut args = common.to_vec();
         args.extend([list, count, blocks]);

@@ -5,7 +5,7 @@
 //! committed lazily, gets it killed later) instead of failing, so the sizes are computed
 //! with checked arithmetic first and refused with what was too large and the budget.
 
-use strata_compiler::inspect::bytes;
+use strata_compiler::inspect::{self, bytes};
 use strata_compiler::model::{MAX_CONTEXT, ModelDesc};
 
 use crate::backend::{DeviceInfo, RunError};
@@ -39,24 +39,28 @@ fn host_memory() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// What a context of `n_ctx` positions costs: the KV caches of every slot and layer
-/// (keys and values as f16, with their block summaries) and the RoPE table.
+/// What a context of `n_ctx` positions costs: the KV pool of `pages` pages of `block`
+/// positions in every layer (keys and values as f16, with their block summaries) and the
+/// RoPE table.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct ContextBytes {
-    /// KV caches and summaries of all slots.
+    /// The KV pools and their summaries.
     pub kv: u64,
     /// The RoPE tables (two with sliding-window layers).
     pub rope: u64,
 }
 
 impl ContextBytes {
-    /// The sizes, or `None` where they overflow a u64.
-    pub fn of(desc: &ModelDesc, n_ctx: u32, block: u32, slots: usize) -> Option<ContextBytes> {
+    /// Bytes of one page of every layer's pool, or `None` where it overflows a u64.
+    pub fn page(desc: &ModelDesc, block: u32) -> Option<u64> {
         let kv_width = u64::from(desc.kv_heads).checked_mul(u64::from(desc.head_dim_k))?;
-        let cache = u64::from(n_ctx).checked_mul(kv_width)?.checked_mul(2)?;
-        let summary = u64::from(n_ctx.div_ceil(block.max(1))).checked_mul(4 * kv_width)?;
-        let layer = cache.checked_mul(2)?.checked_add(summary)?;
-        let kv = layer.checked_mul(u64::from(desc.layers))?.checked_mul(slots as u64)?;
+        let rows = u64::from(block).checked_mul(kv_width)?.checked_mul(4)?;
+        rows.checked_add(4 * kv_width)?.checked_mul(u64::from(desc.layers))
+    }
+
+    /// The sizes, or `None` where they overflow a u64.
+    pub fn of(desc: &ModelDesc, n_ctx: u32, block: u32, pages: u64) -> Option<ContextBytes> {
+        let kv = Self::page(desc, block)?.checked_mul(pages)?;
         // Sliding-window layers have a RoPE table of their own.
         let tables = if desc.sliding.is_some() { 2 } else { 1 };
         let rope = u64::from(n_ctx).checked_mul(u64::from(desc.rope_dims))?.checked_mul(4 * tables)?;
@@ -64,13 +68,53 @@ impl ContextBytes {
     }
 }
 
-/// Refuses a context whose KV caches and RoPE table do not fit `budget` beside
-/// `weights` bytes of weights, naming the sizes, the budget and its source.
-pub(crate) fn check_context(
+/// The KV pool asked for: a byte budget (`--kv-budget`) or, by default, a whole context
+/// for each of `slots` slots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvBudget {
+    /// `--ctx` positions for every slot.
+    #[default]
+    PerSlot,
+    /// This many bytes of pool (every layer's pages together).
+    Bytes(u64),
+}
+
+/// Pages of `block` positions the pool holds under `kv`, for `slots` slots of `n_ctx`
+/// positions: at least one page, at most every slot's whole context (more could never be
+/// used).
+pub(crate) fn pool_pages(
     desc: &ModelDesc,
     n_ctx: u32,
     block: u32,
     slots: usize,
+    kv: KvBudget,
+) -> Result<u64, RunError> {
+    let most = u64::from(n_ctx.div_ceil(block.max(1))).saturating_mul(slots as u64);
+    let pages = match kv {
+        KvBudget::PerSlot => most,
+        KvBudget::Bytes(bytes) => {
+            let page = ContextBytes::page(desc, block).filter(|&p| p > 0).unwrap_or(u64::MAX);
+            if bytes < page {
+                return Err(RunError::Other(format!(
+                    "--kv-budget {} is less than one KV page ({} positions of every layer: {})",
+                    inspect::bytes(bytes),
+                    block,
+                    inspect::bytes(page)
+                )));
+            }
+            (bytes / page).min(most)
+        }
+    };
+    Ok(pages)
+}
+
+/// Refuses a context whose KV pool (`pages` pages) and RoPE table do not fit `budget`
+/// beside `weights` bytes of weights, naming the sizes, the budget and its source.
+pub(crate) fn check_context(
+    desc: &ModelDesc,
+    n_ctx: u32,
+    block: u32,
+    pages: u64,
     weights: u64,
     budget: Option<Budget>,
 ) -> Result<(), RunError> {
@@ -79,20 +123,26 @@ pub(crate) fn check_context(
     if n_ctx > MAX_CONTEXT {
         return Err(RunError::Other(format!("{what} is too large: at most {MAX_CONTEXT} positions")));
     }
-    let Some(need) = ContextBytes::of(desc, n_ctx, block, slots) else {
+    let Some(need) = ContextBytes::of(desc, n_ctx, block, pages) else {
         return Err(RunError::Other(format!("{what} needs more than 2^64 bytes of KV cache")));
     };
     let Some(budget) = budget else { return Ok(()) };
     let left = budget.bytes.saturating_sub(weights);
     if need.kv.saturating_add(need.rope) > left {
+        let tokens = pages.saturating_mul(u64::from(block));
         return Err(RunError::Other(format!(
-            "{what} needs {} of KV cache ({slots} slot(s) × {} layers) and {} of RoPE table, but the budget is {} ({}) less {} of weights: pass a smaller --ctx",
+            "{what} needs {} of KV cache (a pool of {tokens} positions × {} layers) and {} of RoPE table, but the budget is {} ({}) less {} of weights: pass a smaller --ctx, --parallel or --kv-budget",
             bytes(need.kv),
             desc.layers,
             bytes(need.rope),
             bytes(budget.bytes),
             budget.source,
             bytes(weights),
+        )));
+    }
+    if pages.saturating_mul(u64::from(block)) > u64::from(u32::MAX) {
+        return Err(RunError::Other(format!(
+            "{what}: a KV pool of {pages} pages of {block} positions is over the 2^32 rows a pool may hold: pass a smaller --ctx, --parallel or --kv-budget"
         )));
     }
     Ok(())

@@ -44,10 +44,9 @@ impl Model {
         let Some((t, logits)) = self.last_pass else { return Ok("no pass to replay".into()) };
         let Some(steps) = self.pass_steps(t, logits) else { return Ok("no pass to replay".into()) };
         let slot = self.slot;
-        self.pass_slots = vec![slot];
         let end = self.pos[slot];
         self.pos[slot] = end.saturating_sub(t);
-        self.write_positions(&[(self.pos[slot], slot)])?;
+        self.write_positions(&[(self.pos[slot], slot)], t)?;
         let found = self.replay_checked(&steps);
         self.pos[slot] = end;
         Ok(found?.unwrap_or_else(|| "the replayed pass found no non-finite output".into()))
@@ -109,9 +108,9 @@ impl Model {
 fn layer_of(buf: Buf) -> Option<u32> {
     match buf {
         Buf::Layer(l, _)
-        | Buf::KCache(l, _)
-        | Buf::VCache(l, _)
-        | Buf::KSummary(l, _)
+        | Buf::KCaches(l)
+        | Buf::VCaches(l)
+        | Buf::KSummaries(l)
         | Buf::SlotOf(l)
         | Buf::Pool(l, _) => Some(l),
         _ => None,

@@ -68,8 +68,6 @@ impl Model {
         if seqs == 0 || !t.is_multiple_of(seqs) || (sparse && seqs > 1) {
             return Err(RunError::Other(format!("a pass of {t} tokens cannot hold {seqs} sequences")));
         }
-        self.pass_slots.clear();
-        self.pass_slots.extend_from_slice(slots);
         let sparse_from = self.qsa.filter(|_| sparse).map(|_| qsa::DENSE_LAYERS as u32);
         let steps = match self.passes.get(&(t, seqs, logits, sparse_from)) {
             Some(steps) => steps.clone(),
@@ -169,15 +167,7 @@ impl Model {
             Buf::CosSin => (s.cos_sin, 0),
             Buf::CosSinLocal => (s.cos_sin_local, 0),
             Buf::Logits => (s.logits, 0),
-            Buf::KCache(l, seq) | Buf::VCache(l, seq) | Buf::KSummary(l, seq) => {
-                let slot = *self.pass_slots.get(seq as usize).ok_or_else(missing)?;
-                let cache = self.caches.get(l as usize).ok_or_else(missing)?;
-                match at.buf {
-                    Buf::KCache(..) => (cache.k, slot * self.cache_bytes),
-                    Buf::VCache(..) => (cache.v, slot * self.cache_bytes),
-                    _ => (cache.summary, slot * self.summary_bytes),
-                }
-            }
+            Buf::Pages => (self.pages.table, 0),
             Buf::KCaches(l) | Buf::VCaches(l) | Buf::KSummaries(l) => {
                 let cache = self.caches.get(l as usize).ok_or_else(missing)?;
                 let buf = match at.buf {
@@ -207,15 +197,34 @@ impl Model {
         Ok(Arg::Buf(buf, base + at.offset as usize * 4))
     }
 
-    /// Rows of a layer's KV cache pool: every slot's positions (a u32: the context
-    /// check at load keeps the pool far below 2^32 rows).
+    /// Rows of a layer's KV cache pool: every page's positions (a u32: the budget check
+    /// at load keeps the pool far below 2^32 rows).
     pub(crate) fn cache_rows(&self) -> u32 {
-        u32::try_from(self.pos.len() * self.n_ctx as usize).unwrap_or(u32::MAX)
+        self.pages.total.saturating_mul(self.block)
     }
 
-    /// Blocks of a layer's key summary pool: every slot's blocks.
+    /// Pages of a layer's KV cache pool (its key summaries, one a page).
     pub(crate) fn summary_rows(&self) -> u32 {
-        u32::try_from(self.pos.len() * self.n_ctx.div_ceil(self.block) as usize).unwrap_or(u32::MAX)
+        self.pages.total
+    }
+
+    /// Entries of the page table: every slot's row.
+    pub(crate) fn table_entries(&self) -> u32 {
+        u32::try_from(self.pos.len() * self.pages.row).unwrap_or(u32::MAX)
+    }
+
+    /// The paged KV arguments of every kernel that reads the caches (extra names are
+    /// ignored where a kernel has no such argument): the slots and page table, and the
+    /// pool's extents.
+    pub(crate) fn kv_args(&self) -> [(&'static str, Arg); 6] {
+        [
+            ("slots", Arg::Buf(self.s.pos, super::SLOTS_AT)),
+            ("pages", Arg::Buf(self.pages.table, 0)),
+            ("n_blocks", Arg::U32(self.value(Value::Blocks))),
+            ("cache_rows", Arg::U32(self.cache_rows())),
+            ("summary_rows", Arg::U32(self.summary_rows())),
+            ("table_entries", Arg::U32(self.table_entries())),
+        ]
     }
 
     /// A scalar a step leaves to the runtime.
@@ -228,6 +237,7 @@ impl Model {
             Value::Slots => self.experts.as_ref().map_or(0, |x| x.pool_slots),
             Value::CacheRows => self.cache_rows(),
             Value::SummaryRows => self.summary_rows(),
+            Value::TableEntries => self.table_entries(),
         }
     }
 

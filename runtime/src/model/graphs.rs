@@ -31,7 +31,7 @@ impl Model {
         if self.on_device != Some((slot, token)) {
             self.backend.write(self.s.next, 0, &(token as i32).to_le_bytes())?;
         }
-        self.write_positions(&[(self.pos[slot], slot)])?;
+        self.write_positions(&[(self.pos[slot], slot)], 1)?;
         self.replay_step(1, &[slot], true)?;
         self.pos[slot] += 1;
         let mut out = [0u8; 4];
@@ -118,7 +118,7 @@ impl Model {
         let ids: Vec<u8> = batch.iter().flat_map(|&(_, id)| (id as i32).to_le_bytes()).collect();
         let seqs: Vec<(u32, usize)> = slots.iter().map(|&slot| (self.pos[slot], slot)).collect();
         self.backend.write(self.s.ids, 0, &ids)?;
-        self.write_positions(&seqs)?;
+        self.write_positions(&seqs, 1)?;
         self.replay_step(n as u32, &slots, argmax)?;
         for slot in slots {
             self.pos[slot] += 1;

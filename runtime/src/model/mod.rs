@@ -29,13 +29,14 @@ mod weights;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub use budget::KvBudget;
 pub use experts::{CacheSize, ExpertOptions, ExpertStats, Placement, Policy};
 pub use forward::Logits;
 pub use qsa::QsaConfig;
 pub use scan::check_finite;
 
 use experts::Experts;
-pub(crate) use kv::Cache;
+pub(crate) use kv::{Cache, PageTable};
 use scratch::Scratch;
 use upload::Uploader;
 use weights::{Layer, Weight, Weights};
@@ -75,12 +76,10 @@ pub struct Model {
     /// Whether prompt chunks take the GEMMs (and a mixture of experts' the grouped
     /// expert GEMMs), not GEMV windows.
     chunk_gemm: bool,
-    /// Per layer: the KV cache pool of every sequence slot.
+    /// Per layer: the KV cache pool, pages of every sequence slot.
     pub(crate) caches: Vec<Cache>,
-    /// Bytes of a slot's keys (as many of its values) in a layer's pool.
-    pub(crate) cache_bytes: usize,
-    /// Bytes of a slot's key summaries in a layer's pool.
-    pub(crate) summary_bytes: usize,
+    /// Which pages each slot holds (the page table).
+    pub(crate) pages: PageTable,
     /// KV positions per block of the key summaries (and of QSA's selection).
     pub(crate) block: u32,
     /// The op of every step of the forward pass (the description the plan compiled).
@@ -93,8 +92,6 @@ pub struct Model {
     qsa: Option<u32>,
     /// The slot forward passes run on.
     pub(crate) slot: usize,
-    /// The slots of the sequences of the pass being queued, in column order.
-    pass_slots: Vec<usize>,
     /// Per slot: tokens in its KV cache.
     pos: Vec<u32>,
     /// Captured steps by (slots, tokens, with argmax, sparse): a step bakes in its
@@ -111,8 +108,8 @@ pub struct Model {
 }
 
 impl Model {
-    /// Uploads the pack's weights to `backend` and allocates `slots` KV caches (one per
-    /// concurrent sequence) of `n_ctx` positions and scratch for windows of up to
+    /// Uploads the pack's weights to `backend` and allocates a KV pool (sized by `kv`)
+    /// for `slots` concurrent sequences of up to `n_ctx` positions, and scratch for windows of up to
     /// `window` tokens (fewer where an expert cache holds only narrower passes' experts)
     /// and prompt chunks of up to `prefill` tokens (where the kernels have the prefill
     /// ops); `expert_options` place a mixture-of-experts pack's experts. `progress` sees
@@ -126,6 +123,7 @@ impl Model {
         window: u32,
         prefill: u32,
         slots: usize,
+        kv: KvBudget,
         expert_options: &ExpertOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Model, RunError> {
@@ -148,7 +146,8 @@ impl Model {
             .ok_or_else(|| RunError::Other("the kernels have no rope_store, so no KV block size".into()))?;
         // Before anything is allocated: a context too large for memory is an error, not
         // an abort halfway through the upload.
-        budget::check_context(&desc, n_ctx, block, slots, resident, budget::Budget::of(&backend.info()))?;
+        let pool = budget::pool_pages(&desc, n_ctx, block, slots, kv)?;
+        budget::check_context(&desc, n_ctx, block, pool, resident, budget::Budget::of(&backend.info()))?;
         check_finite(pack)?;
         let b = backend.as_mut();
         let mut up = Uploader { pack, done: 0, total, progress };
@@ -194,8 +193,9 @@ impl Model {
         let widest = if desc.experts.is_some() { chunk } else { window };
         let scratch_chunk = if grouped { chunk.max(grouped_chunk) } else { chunk };
         let s = Scratch::alloc(b, &mut kernels, &desc, &ops, widest, scratch_chunk, n_ctx, n_blocks)?;
-        let (cache_bytes, summary_bytes) = Cache::sizes(&desc, n_ctx, n_blocks);
-        let caches = Cache::alloc_pools(b, slots, desc.layers, cache_bytes, summary_bytes)?;
+        let (page_bytes, summary_bytes) = Cache::page_sizes(&desc, block);
+        let caches = Cache::alloc_pools(b, pool as usize, desc.layers, page_bytes, summary_bytes)?;
+        let pages = PageTable::new(b, slots, n_ctx, block, pool as u32)?;
         let table = rope::table(n_ctx, &rope::Rope::of(&desc, rope::freq_factors(pack, &desc)?))?;
         b.write(s.cos_sin, 0, &table)?;
         if let Some(local) = rope::Rope::local(&desc) {
@@ -208,7 +208,7 @@ impl Model {
                 // What the rest of the model takes: its weights, the KV caches, and room
                 // for scratch.
                 let other = total - expert_bytes
-                    + (slots * desc.layers as usize * (2 * cache_bytes + summary_bytes)) as u64
+                    + pool * u64::from(desc.layers) * (2 * page_bytes + summary_bytes) as u64
                     + (512 << 20);
                 let mut done = up.done;
                 let progress = &mut *up.progress;
@@ -253,15 +253,13 @@ impl Model {
             chunk,
             chunk_gemm,
             caches,
-            cache_bytes,
-            summary_bytes,
+            pages,
             block,
             ops,
             shapes,
             passes: HashMap::new(),
             qsa: None,
             slot: 0,
-            pass_slots: Vec::new(),
             pos: vec![0; slots],
             graphs: HashMap::new(),
             on_device: None,
@@ -371,7 +369,7 @@ impl Model {
     fn upload_ids(&mut self, tokens: &[u32]) -> Result<(), RunError> {
         let ids: Vec<u8> = tokens.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
         self.backend.write(self.s.ids, 0, &ids)?;
-        self.write_positions(&[(self.pos[self.slot], self.slot)])
+        self.write_positions(&[(self.pos[self.slot], self.slot)], tokens.len() as u32)
     }
 
     /// Runs `tokens` (at most the wider of [`Model::chunk`] and [`Model::window`]) at

@@ -16,7 +16,7 @@ use strata_runtime::backend::RunError;
 use strata_runtime::chat::{self, Message};
 use strata_runtime::constrain::{Constraint, Grammars};
 use strata_runtime::generate;
-use strata_runtime::model::{CacheSize, ExpertOptions, Policy, QsaConfig};
+use strata_runtime::model::{CacheSize, ExpertOptions, KvBudget, Policy, QsaConfig};
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher};
 use strata_runtime::session::{self, BackendChoice, Event, OpenOptions, SelfTest, Session};
 use strata_runtime::speculative::SpeculativeConfig;
@@ -341,6 +341,11 @@ struct OpenArgs {
     /// --expert-cache auto, the experts get what the rest leaves.
     #[arg(long, value_name = "MIB")]
     vram_budget: Option<u64>,
+    /// Memory for the KV cache pool, MiB (every layer's pages together): the sequences
+    /// take pages of it as they grow, and requests wait while it is full. Default: a whole
+    /// --ctx for each slot.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(1..=(1 << 40)))]
+    kv_budget: Option<u64>,
     /// Refuse greedy tokens from NaN or infinite logits, naming the first layer that
     /// produced one (decoding runs uncaptured). On by itself with `--checked` artifacts.
     #[arg(long)]
@@ -470,6 +475,7 @@ fn open_options(args: &OpenArgs, selftest: SelfTest, slots: usize) -> OpenOption
         deadline: Duration::from_secs_f64(args.deadline.max(0.001)),
         startup_timeout: Duration::from_secs_f64(args.startup_timeout.max(0.001)),
         slots,
+        kv: args.kv_budget.map_or(KvBudget::PerSlot, |mib| KvBudget::Bytes(mib << 20)),
         int8: args.int8,
         spec: SpeculativeConfig { window: args.spec, ngram: args.spec_ngram as usize, draft_max: args.spec_draft_max },
         draft_pack: args.draft_pack.clone(),

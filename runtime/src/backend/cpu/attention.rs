@@ -7,13 +7,14 @@ use rayon::prelude::*;
 use strata_compiler::plan::{MAX_WINDOW, Tuning};
 
 use super::RunError;
-use super::io::{OpIo, floats, halves};
+use super::io::{OpIo, floats};
 use strata_compiler::ops;
 
 /// Writes `partial` (per share: max score, sum of weights, weighted values) and `splits`
 /// (the shares used) for `tokens` tokens, `seqs` sequences of `tokens / seqs` each
-/// (sequence `s` from position `pos[s]` in cache slot `slots[s]`, `n_ctx` rows a slot); a
-/// token past `n_ctx` leaves its states as they were and uses none.
+/// (sequence `s` from position `pos[s]` in the pages of cache slot `slots[s]`); a token
+/// past `n_ctx`, or of a sequence whose pages are not all in the pools, leaves its states
+/// as they were and uses none.
 pub(super) fn run(op: &ops::Attention, io: &mut OpIo) -> Result<(), RunError> {
     let ops::Attention { heads, kv_heads, head_dim, scale, block, sparse, window } = *op;
     let Tuning::Attention(tuning) = &io.spec().tuning else {
@@ -26,16 +27,16 @@ pub(super) fn run(op: &ops::Attention, io: &mut OpIo) -> Result<(), RunError> {
     let (width, group, splits, state) = (kv_heads * hd, heads / kv_heads, tuning.splits as usize, hd + 2);
     let per = tokens / seqs;
     let q = io.floats("q", tokens * heads * hd);
-    // Each sequence's slot, up to its last position.
-    let mut caches = Vec::with_capacity(seqs);
-    for seq in 0..seqs {
-        let (at, most) = (slots[seq].max(0) as usize * n_ctx * width * 2, (pos[seq].max(0) as usize + per).min(n_ctx));
-        let slot = |name| {
-            let bytes = io.input(name);
-            halves(&bytes[at.min(bytes.len())..], most * width)
-        };
-        caches.push((slot("k_cache"), slot("v_cache")));
-    }
+    // Each sequence's keys and values up to its last position, gathered from its pages
+    // (none where a page is missing).
+    let pages = io.pages(block as u32);
+    let caches: Vec<_> = (0..seqs)
+        .map(|seq| {
+            let (slot, most) = (slots[seq].max(0) as usize, (pos[seq].max(0) as usize + per).min(n_ctx));
+            let gather = |name| pages.gather(io.input(name), slot, most, width);
+            Some((gather("k_cache")?, gather("v_cache")?))
+        })
+        .collect();
     let (list, count) = if sparse {
         (io.ints("list", MAX_WINDOW as usize * kv_heads * n_blocks), io.ints("count", MAX_WINDOW as usize * kv_heads))
     } else {
@@ -47,11 +48,8 @@ pub(super) fn run(op: &ops::Attention, io: &mut OpIo) -> Result<(), RunError> {
     partial.par_chunks_mut(splits * state).zip(used.par_iter_mut()).enumerate().for_each(|(i, (out, used))| {
         let (t, h) = (i / heads, i % heads);
         let (kvh, seq) = (h / group, t / per);
-        let (kc, vc) = (&caches[seq].0, &caches[seq].1);
         let n_kv = pos[seq].max(0) as usize + t % per + 1;
-        if n_kv > n_ctx {
-            return;
-        }
+        let Some((kc, vc)) = caches[seq].as_ref().filter(|_| n_kv <= n_ctx) else { return };
         let first = if window > 0 { n_kv.saturating_sub(window as usize) } else { 0 };
         let blocks: Vec<usize> = if sparse {
             let row = (t * kv_heads + kvh) * n_blocks;

@@ -8,18 +8,24 @@ use super::RunError;
 use super::io::OpIo;
 use strata_compiler::ops;
 
-/// `out[t][h]` for the `tokens` tokens from position `pos` (a token past `n_ctx` leaves
-/// its rows as they were).
+/// `out[t][h]` for the `tokens` tokens from position `pos` of the sequence in the pages of
+/// cache slot `slots[0]` (a token past `n_ctx` leaves its rows as they were, as does every
+/// token where a page is not in the pools).
 pub(super) fn run(op: &ops::AttentionPrefill, io: &mut OpIo) -> Result<(), RunError> {
-    let ops::AttentionPrefill { heads, kv_heads, head_dim, scale, window } = *op;
+    let ops::AttentionPrefill { heads, kv_heads, head_dim, scale, window, page } = *op;
     let (heads, kv_heads, hd) = (heads as usize, kv_heads as usize, head_dim as usize);
     let (n_ctx, tokens) = (io.scalar("n_ctx") as usize, io.scalar("tokens") as usize);
     let pos = io.ints("pos", 1)[0] as usize;
     let (width, group) = (kv_heads * hd, heads / kv_heads.max(1));
     let q = io.floats("q", tokens * heads * hd);
     let most = (pos + tokens).min(n_ctx);
-    let (kc, vc) = (io.halves("k_cache", most * width), io.halves("v_cache", most * width));
+    let (pages, slot) = (io.pages(page), io.ints("slots", 1).first().map_or(0, |&s| s.max(0) as usize));
+    let gather = |name| pages.gather(io.input(name), slot, most, width);
     let mut out = io.floats("out", tokens * heads * hd);
+    let (Some(kc), Some(vc)) = (gather("k_cache"), gather("v_cache")) else {
+        io.output_floats("out", &out);
+        return Ok(());
+    };
     out.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
         let (t, h) = (i / heads, i % heads);
         let (kvh, n_kv) = (h / group, pos + t + 1);
@@ -62,14 +68,21 @@ mod tests {
     const WIDTH: usize = KV_HEADS * DIM;
 
     /// Runs the reference on `q` (tokens × heads × dim) over the caches (n_ctx rows of
-    /// WIDTH) from position `pos`; `out` starts as all 7.0.
+    /// WIDTH, at most a page) from position `pos`, the sequence's one page the second of
+    /// a pool of two; `out` starts as all 7.0.
     fn attend(q: &[f32], k: &[f32], v: &[f32], pos: i32, n_ctx: u32, window: u32) -> Vec<f32> {
         let target = Target::load("sm_90").expect("known");
         let (heads, kv_heads, head_dim) = (HEADS as u32, KV_HEADS as u32, DIM as u32);
-        let op = ops::AttentionPrefill { heads, kv_heads, head_dim, scale: 0.25, window };
+        let op = ops::AttentionPrefill { heads, kv_heads, head_dim, scale: 0.25, window, page: 16 };
         let spec = rules::kernel(Op::AttentionPrefill(op), &target);
         let tokens = q.len() / (HEADS * DIM);
-        let halves = |x: &[f32]| x.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect::<Vec<u8>>();
+        // Page 1 of the pool: 16 rows of zeros first.
+        let halves = |x: &[f32]| {
+            let mut rows = vec![0u8; 16 * WIDTH * 2];
+            rows.extend(x.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()));
+            rows.resize(32 * WIDTH * 2, 0);
+            rows
+        };
         let mut cpu = Cpu::new();
         let mut buffer = |bytes: &[u8]| {
             let b = cpu.alloc(bytes.len()).expect("host memory");
@@ -83,10 +96,14 @@ mod tests {
             buffer(&halves(v)),
             buffer(&f32_bytes(&vec![7.0; out_len])),
             buffer(&pos.to_le_bytes()),
+            buffer(&0i32.to_le_bytes()),
+            buffer(&1i32.to_le_bytes()),
         ];
-        let names = ["q", "k_cache", "v_cache", "out", "pos"];
+        let names = ["q", "k_cache", "v_cache", "out", "pos", "slots", "pages"];
         let mut args: Vec<(&str, Arg)> = names.iter().zip(bufs).map(|(n, b)| (*n, Arg::Buf(b, 0))).collect();
-        args.extend([("tokens", Arg::U32(tokens as u32)), ("n_ctx", Arg::U32(n_ctx))]);
+        let scalars =
+            [("tokens", tokens as u32), ("n_ctx", n_ctx), ("n_blocks", 1), ("cache_rows", 32), ("table_entries", 1)];
+        args.extend(scalars.map(|(n, v)| (n, Arg::U32(v))));
         cpu.call(&spec, &args).expect("runs");
         let mut out = vec![0u8; out_len * 4];
         cpu.read(bufs[3], 0, &mut out).expect("in bounds");

@@ -12,6 +12,47 @@ use strata_compiler::plan::KernelRecord;
 use super::memory::Memory;
 use super::{Arg, RunError};
 
+/// Paged KV caches as a launch sees them (see [`OpIo::pages`]).
+pub(super) struct Pages {
+    table: Vec<i32>,
+    n_blocks: usize,
+    pool: usize,
+    /// Positions a page.
+    pub block: usize,
+}
+
+impl Pages {
+    /// The pool page of block `blk` of cache slot `slot`, if the table has one in the pools.
+    pub fn page(&self, slot: usize, blk: usize) -> Option<usize> {
+        if blk >= self.n_blocks {
+            return None;
+        }
+        let page = *self.table.get(slot.checked_mul(self.n_blocks)?.checked_add(blk)?)?;
+        usize::try_from(page).ok().filter(|&p| p < self.pool)
+    }
+
+    /// The pool row of position `p` of cache slot `slot`.
+    pub fn row(&self, slot: usize, p: usize) -> Option<usize> {
+        Some(self.page(slot, p / self.block)? * self.block + p % self.block)
+    }
+
+    /// Whether every position of `span` of cache slot `slot` has a page in the pools.
+    pub fn holds(&self, slot: usize, span: std::ops::Range<usize>) -> bool {
+        span.is_empty() || (span.start / self.block..=(span.end - 1) / self.block).all(|b| self.page(slot, b).is_some())
+    }
+
+    /// The rows of `width` f16s of positions `0..n` of cache slot `slot` in `pool`,
+    /// gathered from their pages and widened (`None` where a page is missing).
+    pub fn gather(&self, pool: &[u8], slot: usize, n: usize, width: usize) -> Option<Vec<f32>> {
+        let mut rows = Vec::with_capacity(n * width);
+        for start in (0..n).step_by(self.block) {
+            let at = self.row(slot, start)? * width * 2;
+            rows.extend(halves(pool.get(at..)?, (n - start).min(self.block) * width));
+        }
+        (rows.len() == n * width).then_some(rows)
+    }
+}
+
 /// One launch's arguments, by the names the plan record gives them.
 pub(super) struct OpIo<'a> {
     spec: &'a KernelRecord,
@@ -88,6 +129,23 @@ impl<'a> OpIo<'a> {
             return Err(RunError::Other(format!("{name}: {tokens} tokens in {seqs} sequences, positions and slots")));
         }
         Ok((seqs, pos, slots))
+    }
+
+    /// The page table of the KV pools (`pages`, `table_entries` of them: a cache slot's
+    /// row of `n_blocks` entries names the pool page of each of its `block`-position
+    /// blocks; the pools hold `summary_rows` pages, or `cache_rows` rows).
+    pub(super) fn pages(&self, block: u32) -> Pages {
+        let block = block.max(1) as usize;
+        let pool = match self.spec.scalars.iter().any(|s| s.name == "summary_rows") {
+            true => self.scalar("summary_rows") as usize,
+            false => self.scalar("cache_rows") as usize / block,
+        };
+        Pages {
+            table: self.ints("pages", self.scalar("table_entries") as usize),
+            n_blocks: self.scalar("n_blocks") as usize,
+            pool,
+            block,
+        }
     }
 
     /// The current bytes of output `name` from its offset on, for an op that updates

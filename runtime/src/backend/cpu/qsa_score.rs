@@ -8,9 +8,10 @@ use super::RunError;
 use super::io::{OpIo, floats};
 use strata_compiler::ops;
 
-/// Writes `scores` for `tokens` tokens from position `pos`: per (token, KV head, block)
-/// the largest bound over the head group's queries; the first and the newest block
-/// score +∞, blocks past the newest -∞.
+/// Writes `scores` for `tokens` tokens from position `pos` of the sequence in cache slot
+/// `slots[0]`: per (token, KV head, block) the largest bound over the head group's
+/// queries, from the summary on the block's page (all zeros where the page is not in the
+/// pool); the first and the newest block score +∞, blocks past the newest -∞.
 pub(super) fn run(op: &ops::QsaScore, io: &mut OpIo) -> Result<(), RunError> {
     let ops::QsaScore { heads, kv_heads, head_dim, block } = *op;
     let (heads, kv_heads, hd, block) = (heads as usize, kv_heads as usize, head_dim as usize, block as usize);
@@ -18,14 +19,17 @@ pub(super) fn run(op: &ops::QsaScore, io: &mut OpIo) -> Result<(), RunError> {
     let pos = io.ints("pos", 1)[0] as usize;
     let group = heads / kv_heads;
     let q = io.floats("q", tokens * heads * hd);
-    let summary = io.halves("k_summary", n_blocks * kv_heads * 2 * hd);
+    let (pages, slot) = (io.pages(block as u32), io.ints("slots", 1).first().map_or(0, |&s| s.max(0) as usize));
+    let summary = io.halves("k_summary", io.scalar("summary_rows") as usize * kv_heads * 2 * hd);
     let mut scores = floats(io.target("scores")?, MAX_WINDOW as usize * kv_heads * n_blocks);
     for t in 0..tokens {
         let newest = (pos + t) / block;
         for kvh in 0..kv_heads {
             for b in 0..n_blocks {
+                let page = pages.page(slot, b);
                 let column = |which: usize| -> Vec<f32> {
-                    (0..hd).map(|d| summary[((kvh * n_blocks + b) * hd + d) * 2 + which]).collect()
+                    let at = |d| page.and_then(|p| summary.get(((p * kv_heads + kvh) * hd + d) * 2 + which));
+                    (0..hd).map(|d| at(d).copied().unwrap_or(0.0)).collect()
                 };
                 scores[(t * kv_heads + kvh) * n_blocks + b] = if b == 0 || b == newest {
                     f32::INFINITY
