@@ -5,7 +5,9 @@
 //! each of its blocks, so that one launch serves all of a batch's sequences and a pool
 //! sized by `--kv-budget` serves slots of any length. A slot's position says how much of
 //! its pages hold the sequence: rewinding moves it back and gives up the pages past it;
-//! later passes overwrite what lies beyond within a page.
+//! later passes overwrite what lies beyond within a page. Slots may share the whole pages
+//! of a common prefix (counted per page, free once no slot holds it); no slot writes a
+//! page it shares.
 
 use strata_compiler::model::ModelDesc;
 use strata_compiler::plan::MAX_WINDOW;
