@@ -458,8 +458,9 @@ fn kv_metrics(s: &Session, slots: &[Option<Active>], metrics: &Metrics) {
 }
 
 /// Takes the request out of slot `i` (it is over, or `failed` on the device), keeps what
-/// the slot's cache holds for the next request, and sends the closing event once the
-/// load metrics show it gone (a client that has seen the end sees it in /metrics).
+/// the slot's cache holds for the next request (or gives up its pages, after a failure or
+/// a client that went away), and sends the closing event once the load metrics show it
+/// gone (a client that has seen the end sees it in /metrics).
 fn retire(
     s: &mut Session,
     slots: &mut [Option<Active>],

@@ -5,7 +5,7 @@
 //! committed lazily, gets it killed later) instead of failing, so the sizes are computed
 //! with checked arithmetic first and refused with what was too large and the budget.
 
-use strata_compiler::inspect::{self, bytes};
+use strata_compiler::inspect::bytes;
 use strata_compiler::model::{MAX_CONTEXT, ModelDesc};
 
 use crate::backend::{DeviceInfo, RunError};
@@ -92,17 +92,16 @@ pub(crate) fn pool_pages(
     let most = u64::from(n_ctx.div_ceil(block.max(1))).saturating_mul(slots as u64);
     let pages = match kv {
         KvBudget::PerSlot => most,
-        KvBudget::Bytes(bytes) => {
+        KvBudget::Bytes(asked) => {
             let page = ContextBytes::page(desc, block).filter(|&p| p > 0).unwrap_or(u64::MAX);
-            if bytes < page {
+            if asked < page {
                 return Err(RunError::Other(format!(
-                    "--kv-budget {} is less than one KV page ({} positions of every layer: {})",
-                    inspect::bytes(bytes),
-                    block,
-                    inspect::bytes(page)
+                    "--kv-budget {} is less than one KV page ({block} positions of every layer: {})",
+                    bytes(asked),
+                    bytes(page)
                 )));
             }
-            (bytes / page).min(most)
+            (asked / page).min(most)
         }
     };
     Ok(pages)

@@ -268,7 +268,7 @@ impl Model {
         self.pos.get(slot).copied().unwrap_or(0)
     }
 
-    /// Pages of the KV pool: (free, total), each `kv_block` positions.
+    /// Pages of the KV pool: (free, total), each [`Model::qsa_block`] positions.
     pub fn kv_pages(&self) -> (u32, u32) {
         (self.pages.free(), self.pages.total)
     }

@@ -109,11 +109,11 @@ pub struct Model {
 
 impl Model {
     /// Uploads the pack's weights to `backend` and allocates a KV pool (sized by `kv`)
-    /// for `slots` concurrent sequences of up to `n_ctx` positions, and scratch for windows of up to
-    /// `window` tokens (fewer where an expert cache holds only narrower passes' experts)
-    /// and prompt chunks of up to `prefill` tokens (where the kernels have the prefill
-    /// ops); `expert_options` place a mixture-of-experts pack's experts. `progress` sees
-    /// bytes uploaded and the total.
+    /// for `slots` concurrent sequences of up to `n_ctx` positions, and scratch for
+    /// windows of up to `window` tokens (fewer where an expert cache holds only narrower
+    /// passes' experts) and prompt chunks of up to `prefill` tokens (where the kernels
+    /// have the prefill ops); `expert_options` place a mixture-of-experts pack's experts.
+    /// `progress` sees bytes uploaded and the total.
     #[allow(clippy::too_many_arguments)]
     pub fn load(
         pack: &Pack,
