@@ -196,6 +196,31 @@ fn concurrent_greedy_requests_decode_in_batches_and_each_gets_its_text_alone() {
 }
 
 #[test]
+fn more_concurrent_requests_than_a_window_all_complete_in_wide_passes() {
+    // 20 slots: batches past the widest window (16) run on the prompt chunk's GEMMs,
+    // whose rows may differ from decoding alone in the last bits (the runtime's tests
+    // hold them to the single-sequence logits), so each request's completion is checked here.
+    let Some(server) = Server::start(&["--parallel", "20"], &[], "ready") else { return };
+    let bodies: Vec<Value> = (0..20)
+        .map(|i| {
+            let prompt = format!("Item {i}: the list goes on with");
+            json!({ "prompt": prompt, "max_tokens": 4 + i % 5, "temperature": 0, "cache_prompt": false })
+        })
+        .collect();
+    let client = server.client;
+    let clients: Vec<_> =
+        bodies.into_iter().map(|b| std::thread::spawn(move || client.post("/v1/completions", &b))).collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        let (status, v) = c.join().expect("client");
+        assert_eq!(status, 200, "{v}");
+        let n = v["usage"]["completion_tokens"].as_u64().expect("a count");
+        assert!((1..=4 + i as u64 % 5).contains(&n), "request {i}: {v}");
+    }
+    let (batches, sequences) = (server.metric("decode_batches_total"), server.metric("decode_batched_sequences_total"));
+    assert!(batches > 0.0 && sequences > 2.0 * batches, "{batches} batches of {sequences} sequences");
+}
+
+#[test]
 fn a_small_step_budget_reads_a_long_prompt_in_pieces_beside_a_decoding_request() {
     // 8 tokens a round: one for the decoding request, the rest for the long prompt.
     let Some(server) = Server::start(&["--parallel", "2", "--batch-tokens", "8"], &[], "ready") else { return };

@@ -330,7 +330,7 @@ pub fn bench_at(
 /// Aggregate decode throughput of `seqs` sequences decoded together, as llama.cpp's
 /// `llama-batched-bench` measures it (its `S_TG`), without a server: each sequence reads
 /// `pp` prompt tokens into its own slot, then `tg` steps decode them all in batched passes
-/// ([`crate::model::Model::decode_batch_greedy`], a window of sequences a pass), each
+/// ([`crate::model::Model::decode_batch_greedy`], [`crate::model::Model::batch_passes`]), each
 /// feeding back its argmax. Returns all sequences' decoded tokens per second of the
 /// decoding, over `reps` runs after one warm-up; the session needs `seqs` slots.
 pub fn bench_batch(s: &mut Session, seqs: usize, pp: usize, tg: usize, reps: usize) -> Result<f64, RunError> {
@@ -340,7 +340,6 @@ pub fn bench_batch(s: &mut Session, seqs: usize, pp: usize, tg: usize, reps: usi
     let vocab = s.model.desc.vocab as usize;
     let prompt: Vec<u32> = (0..pp.max(1)).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
     let tg = tg.min(s.model.n_ctx().saturating_sub(prompt.len() as u32) as usize);
-    let window = s.model.window().max(1) as usize;
     let mut time = Duration::ZERO;
     for rep in 0..=reps {
         let mut next = Vec::with_capacity(seqs);
@@ -353,8 +352,8 @@ pub fn bench_batch(s: &mut Session, seqs: usize, pp: usize, tg: usize, reps: usi
         let start = Instant::now();
         for _ in 0..tg {
             let mut tokens = Vec::with_capacity(seqs);
-            for part in next.chunks(window) {
-                tokens.extend(s.model.decode_batch_greedy(part)?);
+            for pass in s.model.batch_passes(seqs) {
+                tokens.extend(s.model.decode_batch_greedy(&next[pass])?);
             }
             for (n, token) in next.iter_mut().zip(tokens) {
                 n.1 = token;

@@ -4,8 +4,8 @@
 # --parallel 32` with the artifacts of .device/serve/<pack> (compiled with --spec 16, so a
 # batched pass holds up to 16 sequences), then: the aggregate decode rate of N streaming
 # clients (scripts/device/serve_bench.py, N in STREAMS, default "1 4 8 16 32", MAX tokens
-# each, default 128); the same with the binaries of .device/binprev where carried (before
-# batched decode: one sequence a pass, in turn), for 1 and 8; and batched text against
+# each, default 128); the same with the binaries of .device/binprev where carried (an
+# earlier build), for PREV_STREAMS (default "1 8"); and batched text against
 # each request alone (scripts/device/batch_check.py, 8 requests); and, unless PEER=0, the
 # peer on the same pack: llama.cpp's llama-batched-bench (scripts/device/llama-bench.sh,
 # built while the packs are made; EXPORT_DIR=$OUT/peer hands a fresh build back), N
@@ -13,7 +13,8 @@
 # aggregate decode rate. Prints a table last.
 #
 # Needs .device/bin (new binaries), .device/serve/<pack>/ (ARTS=DIR: DIR/<pack>/ instead, another
-# build of the same packs); optional .device/binprev.
+# build of the same packs); optional .device/binprev (PREV_ARTS=DIR: its artifacts from
+# DIR/<pack>/, where their format differs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device/bench-packs.sh
@@ -53,7 +54,9 @@ while read -r name preset types layers; do
     for bin in .device/binprev .device/bin; do
         [ -x "$bin/strata-run" ] || continue
         label=$(basename "$bin")
-        pid=$(serve "$bin" "$pack" "$art" "$out/$name-$label.log")
+        binart=$art
+        [ "$label" = binprev ] && binart=${PREV_ARTS:-${ARTS:-.device/serve}}/$name
+        pid=$(serve "$bin" "$pack" "$binart" "$out/$name-$label.log")
         if ! grep -q ' ready: ' "$out/$name-$label.log"; then
             tail -5 "$out/$name-$label.log"
             summary+=("$name|$label|not ready")
@@ -61,7 +64,7 @@ while read -r name preset types layers; do
             continue
         fi
         ns=$streams
-        [ "$label" = binprev ] && ns="1 8"
+        [ "$label" = binprev ] && ns=${PREV_STREAMS:-1 8}
         for n in $ns; do
             line=$(python3 scripts/device/serve_bench.py http://127.0.0.1:18080 "$n" "$max")
             echo "$name $label: $line"

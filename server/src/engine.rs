@@ -426,7 +426,8 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
             }
         }
         if batch.len() > 1 {
-            for part in batch.chunks(s.model.window().max(1) as usize) {
+            for pass in s.model.batch_passes(batch.len()) {
+                let part = &batch[pass];
                 if let Err(e) = next_batched(&mut s, &mut slots, part, &metrics) {
                     for &(i, _) in part {
                         if let Some(active) = &slots[i] {

@@ -311,6 +311,96 @@ fn a_batch_of_sequences_decodes_as_each_does_alone() {
     }
 }
 
+/// A batch wider than the widest window runs its products on the prompt chunk's GEMMs,
+/// in one pass, with sequences joining between passes and a different set each pass:
+/// each sequence's logits stay those of decoding alone (within float rounding: the
+/// GEMMs may sum in another order), and so do its greedy tokens.
+#[test]
+fn a_batch_wider_than_the_window_runs_on_the_gemms_as_each_sequence_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = write_pack(dir.path(), Preset::TinyLlama, &[GgmlType::Q4_0, GgmlType::Q8_0]);
+    let seqs = 20usize;
+    // Windows of 16 (as 20 slots ask), chunks of 32: batches of up to 32 on the GEMMs.
+    let open = || {
+        let spec = SpeculativeConfig { window: 2, draft_max: Some(0), ..SpeculativeConfig::OFF };
+        let opts = OpenOptions {
+            backend: BackendChoice::Cpu,
+            ctx: Some(64),
+            prefill: 32,
+            slots: seqs,
+            spec,
+            ..OpenOptions::default()
+        };
+        session::open(&pack, &opts, &mut |_| {}).expect("opens on the CPU")
+    };
+    let start = |s: &mut Session, slot: usize| {
+        s.model.select(slot).expect("a slot");
+        s.model.reset();
+        s.model.forward(&[slot as u32 + 1, 7, 9, slot as u32 * 3], strata_runtime::model::Logits::Last).expect("reads");
+        s.model.argmax(1).expect("argmax")[0]
+    };
+    let steps = 4;
+    let mut s = open();
+    assert_eq!(s.model.window(), MAX_WINDOW);
+    assert!(s.model.batch_width() >= seqs as u32, "batch width {}", s.model.batch_width());
+    assert_eq!(s.model.batch_passes(seqs), vec![0..seqs], "past 16 sequences: one GEMM pass");
+    assert_eq!(s.model.batch_passes(16), vec![0..16], "16 or fewer: a window pass");
+    let vocab = s.model.desc.vocab as usize;
+    let mut alone = Vec::new();
+    for slot in 0..seqs {
+        let (mut seq, mut rows) = (vec![start(&mut s, slot)], Vec::new());
+        for _ in 0..steps {
+            s.model.decode(*seq.last().unwrap()).expect("decodes");
+            let logits = s.model.logits(1).expect("logits");
+            seq.push(greedy(&logits));
+            rows.push(logits);
+        }
+        alone.push((seq, rows));
+    }
+    // Batched: the last three prompts are read between passes; once all have started,
+    // every pass leaves out a few (17 to 20 sequences), greedy on the device and from
+    // the logits in turn; what is left after decodes alone.
+    let mut s = open();
+    let mut batched: Vec<Vec<u32>> = (0..seqs - 3).map(|slot| vec![start(&mut s, slot)]).collect();
+    for step in 0..2 * steps {
+        if batched.len() < seqs {
+            batched.push(vec![start(&mut s, batched.len())]);
+        }
+        let skip = if batched.len() == seqs { step % 7 } else { seqs };
+        let members: Vec<usize> = (0..batched.len()).filter(|&i| i % 7 != skip && batched[i].len() <= steps).collect();
+        if members.len() <= MAX_WINDOW as usize {
+            break;
+        }
+        let batch: Vec<(usize, u32)> = members.iter().map(|&i| (i, *batched[i].last().unwrap())).collect();
+        if step % 2 == 0 {
+            for (&i, next) in members.iter().zip(s.model.decode_batch_greedy(&batch).expect("a wide batch decodes")) {
+                batched[i].push(next);
+            }
+            continue;
+        }
+        s.model.decode_batch(&batch).expect("a wide batch decodes");
+        let logits = s.model.logits(batch.len() as u32).expect("logits");
+        for (&i, row) in members.iter().zip(logits.chunks_exact(vocab)) {
+            let at = batched[i].len() - 1;
+            let most = alone[i].1[at].iter().zip(row).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(most <= 1e-3, "sequence {i}, step {at}: logits differ by {most}");
+            batched[i].push(greedy(row));
+        }
+    }
+    for (i, seq) in batched.iter_mut().enumerate() {
+        s.model.select(i).expect("a slot");
+        while seq.len() <= steps {
+            let next = s.model.decode_greedy(*seq.last().unwrap()).expect("decodes");
+            seq.push(next);
+        }
+    }
+    let alone: Vec<Vec<u32>> = alone.into_iter().map(|(seq, _)| seq).collect();
+    assert_eq!(batched, alone);
+    let over: Vec<(usize, u32)> = (0..=s.model.batch_width() as usize).map(|i| (i % seqs, 1)).collect();
+    let e = s.model.decode_batch_greedy(&over).expect_err("a batch past the width is refused").to_string();
+    assert!(e.contains("a batch takes 1 to"), "{e}");
+}
+
 /// Batches of more sets of slots than the model captures graphs for (the rest run
 /// uncaptured) still decode each sequence as it decodes alone.
 #[test]

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, c_float, fixed_len, launch, per, rows, scalar};
 use crate::plan::rules::{self, MAX_CONTEXT, MAX_TOKENS, WAVES_PER_BLOCK};
-use crate::plan::{Dim, Elem, KernelRecord, MAX_WINDOW, Options, Tuning};
+use crate::plan::{Dim, Elem, KernelRecord, MAX_BATCH, MAX_WINDOW, Options, Tuning};
 use crate::target::Target;
 
 /// Attention of each token of a window, one query per head, over the f16 KV cache,
@@ -79,7 +79,7 @@ impl KernelOp for Attention {
         ];
         let scalars = vec![
             scalar("tokens", if sparse { MAX_WINDOW } else { MAX_TOKENS }),
-            scalar("seqs", MAX_WINDOW),
+            scalar("seqs", MAX_BATCH),
             scalar("n_ctx", MAX_CONTEXT),
             scalar("cache_rows", u32::MAX),
             scalar("n_blocks", MAX_CONTEXT),

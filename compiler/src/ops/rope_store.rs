@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, launch, per, rows, scalar, untuned};
 use crate::plan::rules::{MAX_CONTEXT, MAX_TOKENS};
-use crate::plan::{Dim, Elem, KernelRecord, MAX_WINDOW, Options};
+use crate::plan::{Dim, Elem, KernelRecord, MAX_BATCH, Options};
 use crate::target::Target;
 
 /// Rotary embedding of a window's Q heads (in place) and K heads, and the rotated K
@@ -82,7 +82,7 @@ impl KernelOp for RopeStore {
             ],
             vec![
                 scalar("tokens", MAX_TOKENS),
-                scalar("seqs", MAX_WINDOW),
+                scalar("seqs", MAX_BATCH),
                 scalar("n_ctx", MAX_CONTEXT),
                 scalar("n_blocks", MAX_CONTEXT),
                 scalar("cache_rows", u32::MAX),

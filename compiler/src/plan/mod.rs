@@ -24,6 +24,11 @@ pub const ERROR_BUFFER: &str = "strata_err";
 /// Largest verify window (`--spec`).
 pub const MAX_WINDOW: u32 = 16;
 
+/// Most sequences one batched decode pass holds. Up to the widest window its products
+/// are window GEMVs, which compute each row as decoding it alone does; wider, they are
+/// the prompt chunks' GEMMs, which read the weights once for all of them.
+pub const MAX_BATCH: u32 = 64;
+
 /// What the user asked for beyond the pack and the target.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Options {

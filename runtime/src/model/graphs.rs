@@ -57,9 +57,11 @@ impl Model {
 
     /// Decodes one token for each of several sequences, `(slot, token)`, in one pass
     /// (each product reads its weights once for all of them; each sequence attends over
-    /// its own cache) and returns each one's greedy next token. Each row is computed as
-    /// decoding that token alone computes it. At most [`Model::window`] sequences, each
-    /// in its slot once, none attending sparsely (QSA: those decode alone).
+    /// its own cache) and returns each one's greedy next token. Up to [`Model::window`]
+    /// sequences, each row is computed as decoding that token alone computes it; a wider
+    /// batch (up to [`Model::batch_width`]) runs its products on the GEMMs, whose sums
+    /// may differ from the window GEMVs' in the last bits. Each sequence in its slot
+    /// once, none attending sparsely (QSA: those decode alone).
     pub fn decode_batch_greedy(&mut self, batch: &[(usize, u32)]) -> Result<Vec<u32>, RunError> {
         if let [(slot, token)] = batch {
             self.select(*slot)?;
@@ -100,8 +102,8 @@ impl Model {
     /// Checks a batch, writes its tokens and positions, and replays its pass.
     fn batch_step(&mut self, batch: &[(usize, u32)], argmax: bool) -> Result<(), RunError> {
         let n = batch.len();
-        if n == 0 || n > self.window as usize {
-            return Err(RunError::Other(format!("a batch takes 1 to {} sequences, not {n}", self.window)));
+        if n == 0 || n > self.batch as usize {
+            return Err(RunError::Other(format!("a batch takes 1 to {} sequences, not {n}", self.batch)));
         }
         let slots: Vec<usize> = batch.iter().map(|&(slot, _)| slot).collect();
         for (i, &slot) in slots.iter().enumerate() {

@@ -10,7 +10,7 @@
 //! page it shares.
 
 use strata_compiler::model::ModelDesc;
-use strata_compiler::plan::MAX_WINDOW;
+use strata_compiler::plan::MAX_BATCH;
 
 use super::Model;
 use crate::backend::{Backend, BufferId, RunError};
@@ -191,13 +191,13 @@ impl Model {
     /// the pool has too few), the page table's changed rows go to the device, and the
     /// first positions and slots go where the kernels read them
     /// ([`Buf::Pos`](strata_compiler::forward::Buf::Pos), then
-    /// [`Buf::Slots`](strata_compiler::forward::Buf::Slots) [`MAX_WINDOW`] entries on).
+    /// [`Buf::Slots`](strata_compiler::forward::Buf::Slots) [`MAX_BATCH`] entries on).
     pub(crate) fn write_positions(&mut self, seqs: &[(u32, usize)], tokens: u32) -> Result<(), RunError> {
         for &(pos, slot) in seqs {
             self.pages.grow(slot, pos.saturating_add(tokens).min(self.n_ctx))?;
         }
         self.pages.flush(self.backend.as_mut())?;
-        let n = MAX_WINDOW as usize;
+        let n = MAX_BATCH as usize;
         let mut v = vec![0i32; 2 * n];
         for (i, &(pos, slot)) in seqs.iter().enumerate().take(n) {
             v[i] = pos as i32;

@@ -45,14 +45,14 @@ use strata_compiler::forward::{Forward, LayerShape, Step};
 use strata_compiler::model::ModelDesc;
 use strata_compiler::ops::ExpertInput;
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{MAX_WINDOW, Tuning, rules};
+use strata_compiler::plan::{MAX_BATCH, MAX_WINDOW, Tuning, rules};
 
 use crate::backend::{Backend, GraphId, RunError};
 use crate::kernels::Kernels;
 
 /// Where in the positions buffer a pass's sequences' cache slots start (bytes): after
-/// [`MAX_WINDOW`] first positions (see [`Model::write_positions`]).
-pub(crate) const SLOTS_AT: usize = MAX_WINDOW as usize * 4;
+/// [`MAX_BATCH`] first positions (see [`Model::write_positions`]).
+pub(crate) const SLOTS_AT: usize = MAX_BATCH as usize * 4;
 
 /// A kind of pass: (tokens, sequences, logits, first sparse layer).
 type PassKey = (u32, u32, Logits, Option<u32>);
@@ -76,6 +76,9 @@ pub struct Model {
     /// Whether prompt chunks take the GEMMs (and a mixture of experts' the grouped
     /// expert GEMMs), not GEMV windows.
     chunk_gemm: bool,
+    /// Most sequences a batched decode pass holds: `window`, or where chunks take the
+    /// GEMMs, up to [`MAX_BATCH`].
+    batch: u32,
     /// Per layer: the KV cache pool, pages of every sequence slot.
     pub(crate) caches: Vec<Cache>,
     /// Which pages each slot holds (the page table).
@@ -233,6 +236,14 @@ impl Model {
             None => chunk_compiled,
             Some(_) => grouped && resident,
         };
+        // A batch wider than the window runs its products on the GEMMs, as a chunk does,
+        // up to the sequences the cache kernels were built for.
+        let mut seqs_max = |op| {
+            let k = kernels.get(&op).ok()?;
+            k.scalars.iter().find(|s| s.name == "seqs").map(|s| s.max)
+        };
+        let built = seqs_max(ops.rope_store()).min(seqs_max(ops.attention(false, None))).unwrap_or(0);
+        let batch = if chunk_gemm { chunk.min(MAX_BATCH).min(built).max(window) } else { window };
         let shapes = (0..layers.len())
             .map(|l| {
                 let pools = experts.as_ref().map(|x| (x.gate_up[l].ty, x.down[l].ty));
@@ -252,6 +263,7 @@ impl Model {
             window,
             chunk,
             chunk_gemm,
+            batch,
             caches,
             pages,
             block,
@@ -321,6 +333,22 @@ impl Model {
     /// wider than [`Model::window`].
     pub fn chunk(&self) -> u32 {
         self.chunk
+    }
+
+    /// Most sequences one batched decode pass holds ([`Model::decode_batch_greedy`]).
+    pub fn batch_width(&self) -> u32 {
+        self.batch
+    }
+
+    /// The passes that decode one token of each of `n` sequences, as ranges of them in
+    /// order. More than [`MAX_WINDOW`] go in as few GEMM passes as the batch width allows,
+    /// sized alike (at 16 columns a window GEMV costs about what the prompt chunk's GEMM
+    /// does, docs/PERFORMANCE.md; past it two window passes cost twice); fewer in window
+    /// passes, whose rows are each computed as decoding it alone computes it.
+    pub fn batch_passes(&self, n: usize) -> Vec<std::ops::Range<usize>> {
+        let (window, batch) = (self.window.max(1) as usize, self.batch.max(1) as usize);
+        let width = if n > MAX_WINDOW as usize && batch > window { n.div_ceil(n.div_ceil(batch)) } else { window };
+        (0..n).step_by(width).map(|at| at..(at + width).min(n)).collect()
     }
 
     /// The backend (for device information and synchronization).

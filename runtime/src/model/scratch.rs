@@ -9,7 +9,7 @@
 use strata_compiler::forward::Forward;
 use strata_compiler::model::ModelDesc;
 use strata_compiler::ops::RouteLayout;
-use strata_compiler::plan::{Extent, MAX_WINDOW, Tuning, rules};
+use strata_compiler::plan::{Extent, MAX_BATCH, MAX_WINDOW, Tuning, rules};
 
 use crate::backend::{Backend, BufferId, RunError};
 use crate::kernels::Kernels;
@@ -108,9 +108,10 @@ impl Scratch {
             Ok(buf)
         };
         let (part_bytes, flags_bytes) = (workspace("part"), workspace("flags"));
-        // Split attention's states serve windows, and prompt chunks too where the heads
-        // are too long for the prefill attention.
-        let attending = if forward.attention_prefill(None).is_none() { c } else { w };
+        // Split attention's states serve windows and batches of decode steps, and prompt
+        // chunks too where the heads are too long for the prefill attention.
+        let batch = w.max(c.min(MAX_BATCH as usize));
+        let attending = if forward.attention_prefill(None).is_none() { c } else { batch };
         let table = n_ctx as usize * desc.rope_dims as usize;
         Ok(Scratch {
             x: [f32s(b, c * e)?, f32s(b, c * e)?],
@@ -132,8 +133,8 @@ impl Scratch {
             logits: f32s(b, c * desc.vocab as usize)?,
             ids: f32s(b, c)?,
             // A pass's sequences' first positions, then their cache slots (Buf::Slots),
-            // MAX_WINDOW of each.
-            pos: f32s(b, 2 * MAX_WINDOW as usize)?,
+            // MAX_BATCH of each.
+            pos: f32s(b, 2 * MAX_BATCH as usize)?,
             next: f32s(b, c)?,
             cos_sin: f32s(b, table)?,
             cos_sin_local: f32s(b, if desc.sliding.is_some() { table } else { 1 })?,
