@@ -14,7 +14,8 @@
 #
 # Needs .device/bin (new binaries), .device/serve/<pack>/ (ARTS=DIR: DIR/<pack>/ instead, another
 # build of the same packs); optional .device/binprev (PREV_ARTS=DIR: its artifacts from
-# DIR/<pack>/, where their format differs).
+# DIR/<pack>/, where their format differs). A pack already in PACKS is used as it is;
+# KEEP_PACKS=1 leaves the packs there after.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device/bench-packs.sh
@@ -33,7 +34,7 @@ fi
 while read -r name preset types layers; do
     [ -d "${ARTS:-.device/serve}/$name" ] || continue
     [ -n "${ONLY:-}" ] && ! [[ "$name" =~ $ONLY ]] && continue
-    synth_bench_pack .device/bin/strata-compile "$packs" "$name" "$preset" "$types" "$layers"
+    [ -f "$packs/$name.gguf" ] || synth_bench_pack .device/bin/strata-compile "$packs" "$name" "$preset" "$types" "$layers"
 done < <(bench_packs)
 if [ "$peer" = 1 ] && ! wait $build; then
     tail -5 "$out/peer-build.log"
@@ -96,7 +97,7 @@ for line in open(sys.argv[1]):
         print(r["pl"], "%.1f" % r["speed_tg"])
 ' "$out/$name-peer.jsonl")
     fi
-    rm -f "$pack"
+    [ -n "${KEEP_PACKS:-}" ] || rm -f "$pack"
 done < <(bench_packs)
 echo
 echo "== aggregate decode t/s by concurrent streams (binprev: before batched decode; llama.cpp: llama-batched-bench S_TG)"

@@ -148,6 +148,8 @@ api! {
     event_elapsed_time: fn(*mut f32, Event, Event) = "hipEventElapsedTime" | "cudaEventElapsedTime";
     module_load_data: fn(*mut *mut c_void, *const c_void) = "hipModuleLoadData" | "cuModuleLoadData";
     module_get_function: fn(*mut *mut c_void, *mut c_void, *const c_char) = "hipModuleGetFunction" | "cuModuleGetFunction";
+    /// NVIDIA: a kernel's opt-in to dynamic shared memory past 48 KiB; not called on AMD.
+    func_set_attribute: fn(*mut c_void, c_int, c_int) = "hipFuncSetAttribute" | "cuFuncSetAttribute";
     module_launch_kernel: fn(
         *mut c_void, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Stream, *mut *mut c_void, *mut *mut c_void
     ) = "hipModuleLaunchKernel" | "cuLaunchKernel";

@@ -11,6 +11,10 @@ use super::api::{self, Api, Platform};
 use crate::backend::gpu::{Driver, Failure, Geometry};
 use crate::backend::{DeviceInfo, RunError};
 
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, the opt-in [`Api::func_set_attribute`]
+/// sets on the NVIDIA platform.
+const MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
+
 /// A HIP object (stream, event, allocation, module, function or graph), owned: released
 /// once, through [`HipDriver`], or leaked.
 #[derive(Debug)]
@@ -109,8 +113,10 @@ impl Driver for HipDriver {
         Ok(Handle(handle))
     }
 
-    /// AMD parts give a block all of its 64 KiB of LDS without opting in.
-    fn function(&self, module: &Handle, name: &str, _dynamic_shared: u32) -> Result<Handle, RunError> {
+    /// AMD parts give a block all of its 64 KiB of LDS without opting in; on the NVIDIA
+    /// platform a kernel opts in to its dynamic shared memory, as the CUDA backend's do
+    /// (required beyond 48 KiB).
+    fn function(&self, module: &Handle, name: &str, dynamic_shared: u32) -> Result<Handle, RunError> {
         let c_name = CString::new(name).map_err(|e| RunError::Other(e.to_string()))?;
         let mut f = std::ptr::null_mut();
         // SAFETY: a valid module handle and NUL-terminated name.
@@ -120,6 +126,16 @@ impl Driver for HipDriver {
                 (self.api.module_get_function)(&mut f, module.0, c_name.as_ptr()),
             )?
         };
+        if self.api.platform == Platform::Nvidia && dynamic_shared > 0 {
+            let bytes = c_int::try_from(dynamic_shared).unwrap_or(c_int::MAX);
+            // SAFETY: `f` is the function just loaded; the attribute takes a byte count.
+            unsafe {
+                self.api.check(
+                    &format!("cuFuncSetAttribute({name}, {dynamic_shared} bytes of dynamic shared memory)"),
+                    (self.api.func_set_attribute)(f, MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes),
+                )?
+            };
+        }
         Ok(Handle(f))
     }
 
