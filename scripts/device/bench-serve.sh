@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Serving many streams (issue 22), on the device machine, in one run: for the SmolLM2 and
 # Llama-8B Q4_0 shapes (synthetic packs, scripts/device/bench-packs.sh), `strata-run serve
-# --parallel 32` with the artifacts of .device/serve/<pack> (compiled with --spec 16, so a
-# batched pass holds up to 16 sequences), then: the aggregate decode rate of N streaming
-# clients (scripts/device/serve_bench.py, N in STREAMS, default "1 4 8 16 32", MAX tokens
-# each, default 128); the same with the binaries of .device/binprev where carried (an
-# earlier build), for PREV_STREAMS (default "1 8"); and batched text against
-# each request alone (scripts/device/batch_check.py, 8 requests); and, unless PEER=0, the
-# peer on the same pack: llama.cpp's llama-batched-bench (scripts/device/llama-bench.sh,
+# --parallel 32` with the artifacts of .device/serve/<pack> (compiled with --spec 16: up
+# to 16 sequences a pass on the window GEMVs, more on the GEMMs), then: the aggregate
+# decode rate of N streaming clients (scripts/device/serve_bench.py, N in STREAMS, default
+# "1 4 8 16 32", MAX tokens each, default 128); the same with the binaries of
+# .device/binprev where carried (an earlier build), for PREV_STREAMS (default "1 8"); and
+# batched text against each request alone (scripts/device/batch_check.py, 8 requests);
+# and, unless PEER=0, the peer on the same pack: llama.cpp's llama-batched-bench
+# (scripts/device/llama-bench.sh,
 # built while the packs are made; EXPORT_DIR=$OUT/peer hands a fresh build back), N
 # sequences of a 128-token prompt each decoding MAX tokens, its S_TG being the same
 # aggregate decode rate. Prints a table last.
@@ -100,5 +101,5 @@ for line in open(sys.argv[1]):
     [ -n "${KEEP_PACKS:-}" ] || rm -f "$pack"
 done < <(bench_packs)
 echo
-echo "== aggregate decode t/s by concurrent streams (binprev: before batched decode; llama.cpp: llama-batched-bench S_TG)"
+echo "== aggregate decode t/s by concurrent streams (binprev: the earlier build; llama.cpp: llama-batched-bench S_TG)"
 printf '%s\n' "${summary[@]}" | tr '|' '\t'

@@ -314,11 +314,18 @@ fn a_batch_of_sequences_decodes_as_each_does_alone() {
 /// A batch wider than the widest window runs its products on the prompt chunk's GEMMs,
 /// in one pass, with sequences joining between passes and a different set each pass:
 /// each sequence's logits stay those of decoding alone (within float rounding: the
-/// GEMMs may sum in another order), and so do its greedy tokens.
+/// GEMMs may sum in another order), and so do its greedy tokens. Dense, Gemma 3's local
+/// layers, a mixture of experts (its grouped expert GEMMs).
 #[test]
 fn a_batch_wider_than_the_window_runs_on_the_gemms_as_each_sequence_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let pack = write_pack(dir.path(), Preset::TinyLlama, &[GgmlType::Q4_0, GgmlType::Q8_0]);
+    for preset in [Preset::TinyLlama, Preset::TinyGemma3, Preset::TinyQwen3Moe] {
+        let pack = write_pack(dir.path(), preset, &[GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::IQ4_XS]);
+        wide_batches_decode_as_alone(&pack, preset.name());
+    }
+}
+
+fn wide_batches_decode_as_alone(pack: &Path, name: &str) {
     let seqs = 20usize;
     // Windows of 16 (as 20 slots ask), chunks of 32: batches of up to 32 on the GEMMs.
     let open = || {
@@ -331,7 +338,7 @@ fn a_batch_wider_than_the_window_runs_on_the_gemms_as_each_sequence_alone() {
             spec,
             ..OpenOptions::default()
         };
-        session::open(&pack, &opts, &mut |_| {}).expect("opens on the CPU")
+        session::open(pack, &opts, &mut |_| {}).expect("opens on the CPU")
     };
     let start = |s: &mut Session, slot: usize| {
         s.model.select(slot).expect("a slot");
@@ -342,7 +349,7 @@ fn a_batch_wider_than_the_window_runs_on_the_gemms_as_each_sequence_alone() {
     let steps = 4;
     let mut s = open();
     assert_eq!(s.model.window(), MAX_WINDOW);
-    assert!(s.model.batch_width() >= seqs as u32, "batch width {}", s.model.batch_width());
+    assert!(s.model.batch_width() >= seqs as u32, "{name}: batch width {}", s.model.batch_width());
     assert_eq!(s.model.batch_passes(seqs), vec![0..seqs], "past 16 sequences: one GEMM pass");
     assert_eq!(s.model.batch_passes(16), vec![0..16], "16 or fewer: a window pass");
     let vocab = s.model.desc.vocab as usize;
@@ -350,7 +357,7 @@ fn a_batch_wider_than_the_window_runs_on_the_gemms_as_each_sequence_alone() {
     for slot in 0..seqs {
         let (mut seq, mut rows) = (vec![start(&mut s, slot)], Vec::new());
         for _ in 0..steps {
-            s.model.decode(*seq.last().unwrap()).expect("decodes");
+            s.model.decode(*seq.last().expect("a token")).expect("decodes");
             let logits = s.model.logits(1).expect("logits");
             seq.push(greedy(&logits));
             rows.push(logits);
@@ -371,7 +378,7 @@ fn a_batch_wider_than_the_window_runs_on_the_gemms_as_each_sequence_alone() {
         if members.len() <= MAX_WINDOW as usize {
             break;
         }
-        let batch: Vec<(usize, u32)> = members.iter().map(|&i| (i, *batched[i].last().unwrap())).collect();
+        let batch: Vec<(usize, u32)> = members.iter().map(|&i| (i, *batched[i].last().expect("a token"))).collect();
         if step % 2 == 0 {
             for (&i, next) in members.iter().zip(s.model.decode_batch_greedy(&batch).expect("a wide batch decodes")) {
                 batched[i].push(next);
@@ -383,19 +390,19 @@ fn a_batch_wider_than_the_window_runs_on_the_gemms_as_each_sequence_alone() {
         for (&i, row) in members.iter().zip(logits.chunks_exact(vocab)) {
             let at = batched[i].len() - 1;
             let most = alone[i].1[at].iter().zip(row).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            assert!(most <= 1e-3, "sequence {i}, step {at}: logits differ by {most}");
+            assert!(most <= 1e-3, "{name}: sequence {i}, step {at}: logits differ by {most}");
             batched[i].push(greedy(row));
         }
     }
     for (i, seq) in batched.iter_mut().enumerate() {
         s.model.select(i).expect("a slot");
         while seq.len() <= steps {
-            let next = s.model.decode_greedy(*seq.last().unwrap()).expect("decodes");
+            let next = s.model.decode_greedy(*seq.last().expect("a token")).expect("decodes");
             seq.push(next);
         }
     }
     let alone: Vec<Vec<u32>> = alone.into_iter().map(|(seq, _)| seq).collect();
-    assert_eq!(batched, alone);
+    assert_eq!(batched, alone, "{name}");
     let over: Vec<(usize, u32)> = (0..=s.model.batch_width() as usize).map(|i| (i % seqs, 1)).collect();
     let e = s.model.decode_batch_greedy(&over).expect_err("a batch past the width is refused").to_string();
     assert!(e.contains("a batch takes 1 to"), "{e}");
