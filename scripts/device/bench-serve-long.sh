@@ -15,7 +15,7 @@ export STRATA_CACHE=/tmp/strata-cache
 long=${LONG:-16000}
 ctx=$((long + 1024))
 name=llama8b-Q4_0
-synth_bench_pack .device/bin/strata-compile "$packs" $name llama-8b Q4_0 -
+[ -f "$packs/$name.gguf" ] || synth_bench_pack .device/bin/strata-compile "$packs" $name llama-8b Q4_0 -
 summary=()
 for b in ${BATCH:-128 512 2048}; do
     log=$out/serve-$b.log
