@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A long prompt arriving while streams decode (issue 22), on the device machine: for each
 # --batch-tokens B of BATCH (default "128 512 2048"), `strata-run serve --parallel 9
-# --ctx CTX` on the Llama-8B Q4_0 shape (synthetic, scripts/device/bench-packs.sh; the
-# artifacts of .device/serve/llama8b-Q4_0), 8 streams decoding and a LONG-token prompt
-# (default 16000) arriving (scripts/device/long_prompt_bench.py): its time to first token
-# and the streams' token gaps before and while it is read. Prints a table last.
+# --ctx CTX` on the pack PACK of scripts/device/bench-packs.txt (default llama8b-Q4_0,
+# synthetic; the artifacts of .device/serve/PACK), 8 streams decoding and a LONG-token
+# prompt (default 16000; smollm2-Q4_1 holds 8192 positions) arriving
+# (scripts/device/long_prompt_bench.py): its time to first token and the streams' token
+# gaps before and while it is read. Prints a table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device/bench-packs.sh
@@ -14,8 +15,10 @@ mkdir -p "$packs" "$out"
 export STRATA_CACHE=/tmp/strata-cache
 long=${LONG:-16000}
 ctx=$((long + 1024))
-name=llama8b-Q4_0
-[ -f "$packs/$name.gguf" ] || synth_bench_pack .device/bin/strata-compile "$packs" $name llama-8b Q4_0 -
+name=${PACK:-llama8b-Q4_0}
+read -r _ preset types layers < <(bench_packs | awk -v n="$name" '$1 == n')
+[ -n "${preset:-}" ] || { echo "$name: not in scripts/device/bench-packs.txt"; exit 1; }
+[ -f "$packs/$name.gguf" ] || synth_bench_pack .device/bin/strata-compile "$packs" "$name" "$preset" "$types" "$layers"
 summary=()
 for b in ${BATCH:-128 512 2048}; do
     log=$out/serve-$b.log
@@ -31,5 +34,5 @@ for b in ${BATCH:-128 512 2048}; do
 done
 rm -f "$packs/$name.gguf"
 echo
-echo "== 8 streams decoding, a $long-token prompt arriving (Llama-8B Q4_0 shape)"
+echo "== 8 streams decoding, a $long-token prompt arriving ($name)"
 printf '%s\n' "${summary[@]}" | tr '|' '\t'
