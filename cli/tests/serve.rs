@@ -199,7 +199,8 @@ fn concurrent_greedy_requests_decode_in_batches_and_each_gets_its_text_alone() {
 fn more_concurrent_requests_than_a_window_all_complete_in_wide_passes() {
     // 20 slots: batches past the widest window (16) run on the prompt chunk's GEMMs,
     // whose rows may differ from decoding alone in the last bits (the runtime's tests
-    // hold them to the single-sequence logits), so each request's completion is checked here.
+    // hold them to the single-sequence logits), so each request's completion is checked
+    // here, and that one pass held more than 16.
     let Some(server) = Server::start(&["--parallel", "20"], &[], "ready") else { return };
     let bodies: Vec<Value> = (0..20)
         .map(|i| {
@@ -216,8 +217,8 @@ fn more_concurrent_requests_than_a_window_all_complete_in_wide_passes() {
         let n = v["usage"]["completion_tokens"].as_u64().expect("a count");
         assert!((1..=4 + i as u64 % 5).contains(&n), "request {i}: {v}");
     }
-    let (batches, sequences) = (server.metric("decode_batches_total"), server.metric("decode_batched_sequences_total"));
-    assert!(batches > 0.0 && sequences > 2.0 * batches, "{batches} batches of {sequences} sequences");
+    let widest = server.metric("decode_batch_widest");
+    assert!(widest > 16.0 && widest <= 20.0, "the widest pass held {widest} sequences");
 }
 
 #[test]

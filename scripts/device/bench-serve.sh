@@ -8,10 +8,9 @@
 # .device/binprev where carried (an earlier build), for PREV_STREAMS (default "1 8"); and
 # batched text against each request alone (scripts/device/batch_check.py, 8 requests);
 # and, unless PEER=0, the peer on the same pack: llama.cpp's llama-batched-bench
-# (scripts/device/llama-bench.sh,
-# built while the packs are made; EXPORT_DIR=$OUT/peer hands a fresh build back), N
-# sequences of a 128-token prompt each decoding MAX tokens, its S_TG being the same
-# aggregate decode rate. Prints a table last.
+# (scripts/device/llama-bench.sh, built while the packs are made; EXPORT_DIR=$OUT/peer
+# hands a fresh build back), N sequences of a 128-token prompt each decoding MAX tokens,
+# its S_TG being the same aggregate decode rate. Prints a table last.
 #
 # Needs .device/bin (new binaries), .device/serve/<pack>/ (ARTS=DIR: DIR/<pack>/ instead, another
 # build of the same packs); optional .device/binprev (PREV_ARTS=DIR: its artifacts from

@@ -71,6 +71,8 @@ pub struct Metrics {
     /// Batched decode passes and the sequences they held.
     batches: AtomicU64,
     batched: AtomicU64,
+    /// The most sequences one of those passes held.
+    widest: AtomicU64,
     waiting: AtomicUsize,
     /// The KV pool: pages free, reserved by running requests, in all; positions a page.
     kv: Mutex<[u32; 4]>,
@@ -132,6 +134,7 @@ impl Metrics {
     pub fn batch(&self, sequences: usize) {
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.batched.fetch_add(sequences as u64, Ordering::Relaxed);
+        self.widest.fetch_max(sequences as u64, Ordering::Relaxed);
     }
 
     /// The expert cache's counters since the last report.
@@ -214,6 +217,12 @@ impl Metrics {
             "counter",
             "Requests those passes advanced (over decode_batches_total: the mean batch).",
             load(&self.batched),
+        );
+        metric(
+            "decode_batch_widest",
+            "gauge",
+            "The most requests one decode pass advanced since start (past 16: a pass on the GEMMs).",
+            load(&self.widest),
         );
         let experts = self.experts.lock().map(|e| e.clone()).unwrap_or_default();
         metric("expert_lookups_total", "counter", "Experts a layer's pass needed.", experts.lookups.to_string());
