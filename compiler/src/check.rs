@@ -144,7 +144,8 @@ mod tests {
                 for (rows, cols) in shapes {
                     let Some(row_bytes) = quant.row_bytes(u64::from(cols)) else { continue };
                     for (window, q8_rows) in [(1, None), (1, Some(8)), (2, Some(4)), (6, None), (16, None)] {
-                        let options = Options { int8: Int8Dot::Always, q8_rows, ..Options::default() };
+                        let options =
+                            Options { int8: Int8Dot::Always, q8_rows, gemv_mma_from: None, ..Options::default() };
                         let k =
                             rules::kernel_with(Op::Gemv(ops::Gemv { quant, rows, cols, window }), &target, &options);
                         let Tuning::GemvQ8(g) = &k.tuning else { panic!("{} {}: not int8", target.name, k.name) };

@@ -26,9 +26,9 @@ impl Kernels {
 
     /// Kernel records planned on demand (the CPU backend ignores launch geometry, so
     /// the target only fills the records' launch fields; its GEMMs take no stream-K
-    /// workspace).
+    /// workspace, its GEMVs are the int8-dot or float ones it computes).
     pub fn planned(target: Target, int8: Int8Dot) -> Kernels {
-        let options = Options { int8, stream_k: false, ..Options::default() };
+        let options = Options { int8, stream_k: false, gemv_mma_from: None, ..Options::default() };
         Kernels { by_name: HashMap::new(), on_demand: Some((target, options)) }
     }
 

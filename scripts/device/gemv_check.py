@@ -7,7 +7,7 @@ kernel's type and shape; the reference is `strata-compile inspect --tensor --deq
 kernel is loaded from the module (PTX) through the CUDA driver (CuPy), launched with the
 manifest's launch rule on a NaN-poisoned output, and must match within 1e-5 relative
 error. Window kernels (T > 1) are also compared column by column with the T = 1 kernel
-of the same path, which the plan promises bit for bit. Prints one line per kernel and a
+of the same path and template, which the plan promises bit for bit. Prints one line per kernel and a
 summary.
 
 Float-path kernels take (w, x, y [, strata_err]). Int8-dot kernels, those whose manifest
@@ -112,7 +112,10 @@ def main():
         rel = float(np.linalg.norm(got - ref) / np.linalg.norm(ref)) if np.isfinite(got).all() else float("inf")
         ok = rel < TOLERANCE and status == 0
         note = ""
-        path = key + (int8,)
+        # Windows compare bit for bit with the single token of the same template (the
+        # matrix-unit GEMV, whose tuning alone has `stages`, takes only wider windows by
+        # default; its sums differ from the int8-dot GEMV's by rounding).
+        path = key + (int8, "stages" in k.get("tuning", {}))
         if window == 1:
             single[path] = (fn, k["launch"])
         elif path in single:

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Decode gaps while a long prompt is read: STREAMS streaming greedy completions decode
 (MAX tokens each); after a second one more request sends a prompt of about LONG tokens
-(a byte-level pack: one token a byte) and asks for one token. Prints the long request's
-time to first token and the gaps between the decoding requests' tokens before it arrived
-and while it was read, from the server's inter-token latency histogram (/metrics; the
-streamed text of a random pack is mostly held back as partial UTF-8, so the client sees
-few of its tokens): the median's bucket and the largest gap's bucket. Standard library only.
+(a byte-level pack: one token a byte) and asks for one token, and while it is read a
+client sends short prompts (64 tokens, one token asked), one after another. Prints the
+long request's time to first token, the short requests' time to first token (median and
+99th percentile, nearest rank), and the gaps between the decoding requests' tokens before
+the long prompt arrived and while it was read, from the server's inter-token latency
+histogram (/metrics; the streamed text of a random pack is mostly held back as partial
+UTF-8, so the client sees few of its tokens): the median's bucket and the largest gap's
+bucket. The server needs STREAMS + 2 slots. Standard library only.
 
     python3 long_prompt_bench.py http://127.0.0.1:18080 STREAMS LONG MAX
 """
@@ -56,15 +59,35 @@ time.sleep(0.5)
 h0 = histogram()
 time.sleep(0.5)
 h1 = histogram()
+done = threading.Event()
+short = []
+
+
+def short_requests():
+    """Short prompts one after another while the long one is read: their times to first token."""
+    i = 0
+    while not done.is_set():
+        t0 = time.time()
+        request({"prompt": f"Short {i}: " + "tale " * 12, "max_tokens": 1, "temperature": 0, "cache_prompt": False})
+        if not done.is_set():
+            short.append(time.time() - t0)
+        i += 1
+
+
 start = time.time()
 prompt = ("word " * (long_tokens // 5 + 1))[:long_tokens]
+shorts = threading.Thread(target=short_requests)
+shorts.start()
 reply = json.loads(request({"prompt": prompt, "max_tokens": 1, "temperature": 0, "cache_prompt": False}))
 end = time.time()
+done.set()
 h2 = histogram()
+shorts.join()
 for t in threads:
     t.join()
 (bm, bx, bn), (dm, dx, dn) = summary(h0, h1), summary(h1, h2)
 ms = lambda s: f"{1e3 * s:.1f} ms" if s != float("inf") else "inf"
+rank = lambda p: sorted(short)[max(0, -(-len(short) * p // 100) - 1)] if short else float("nan")
 print(f"long prompt {reply.get('usage', {}).get('prompt_tokens')} tokens: ttft {1e3 * (end - start):.0f} ms; "
-      f"gaps before ({bn}): median <= {ms(bm)}, largest <= {ms(bx)}; while read ({dn}): median <= {ms(dm)}, "
+      f"short prompts meanwhile ({len(short)}): ttft p50 {ms(rank(50))}, p99 {ms(rank(99))}; gaps before ({bn}): median <= {ms(bm)}, largest <= {ms(bx)}; while read ({dn}): median <= {ms(dm)}, "
       f"largest <= {ms(dx)}")

@@ -191,8 +191,8 @@ fn int8_gemvs_compile_for_every_target_without_spills_also_checked() {
     }
 }
 
-/// The matrix-unit GEMVs (opt-in): every `mma.sync` target takes them for Q4_0 and Q8_0
-/// in windows of one and two tiles, without spills, checked builds too; a target without
+/// The matrix-unit GEMVs, asked for from one column: every `mma.sync` target takes them
+/// for Q4_0 and Q8_0 in windows of one and two tiles, without spills, checked builds too; a target without
 /// `mma.sync` (gfx1100) keeps the int8-dot GEMV.
 #[test]
 fn matrix_unit_gemvs_compile_for_every_mma_sync_target() {
@@ -206,8 +206,13 @@ fn matrix_unit_gemvs_compile_for_every_mma_sync_target() {
         }
         for checked in [false, true].into_iter().filter(|c| !c || target.name == "sm_90") {
             let out = dir.path().join(format!("mma-{}-{checked}", target.name));
-            let options =
-                Options { verify_window: 9, checked, int8: Int8Dot::Always, gemv_mma: true, ..Options::default() };
+            let options = Options {
+                verify_window: 9,
+                checked,
+                int8: Int8Dot::Always,
+                gemv_mma_from: Some(1),
+                ..Options::default()
+            };
             let m = compile(&pack, &target, options, &out, &tools).unwrap_or_else(|e| panic!("{}: {e}", target.name));
             let taken: std::collections::BTreeSet<_> = m
                 .kernels

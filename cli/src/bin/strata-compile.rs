@@ -14,7 +14,7 @@ use strata_compiler::host::{self, HostTarget};
 use strata_compiler::inspect::{self, bytes};
 use strata_compiler::model::RopeScaling;
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{Fault, Int8Dot, Options};
+use strata_compiler::plan::{Fault, Int8Dot, Options, rules};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::{self, Preset, Tokenizer, Types};
 use strata_compiler::target::{self, Target};
@@ -93,10 +93,11 @@ struct CompileArgs {
     /// SMs hold, the tiles' steps split among them), for comparisons.
     #[arg(long)]
     no_stream_k: bool,
-    /// GEMVs on the int8 matrix unit (NVIDIA mma.sync; Q4_0 and Q8_0) for every window,
-    /// instead of the int8-dot GEMVs: faster from about four columns, slower for one.
-    #[arg(long)]
-    gemv_mma: bool,
+    /// The narrowest window whose GEMVs take the int8 matrix unit (NVIDIA mma.sync; Q4_0
+    /// and Q8_0) instead of the int8-dot GEMV, or `never`: 1 puts the single token there
+    /// too (slower, but a window's columns then equal single-token products bit for bit).
+    #[arg(long, value_name = "COLUMNS|never", value_parser = parse_mma_from)]
+    gemv_mma: Option<MmaFrom>,
     /// Stages, least slab bytes and waves per compute unit of the matrix-unit GEMVs, as
     /// STAGES,BYTES,WAVES, instead of the rule's (tuning sweeps).
     #[arg(long, value_name = "STAGES,BYTES,WAVES", value_parser = parse_mma_shape)]
@@ -340,7 +341,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         gemm_wave_tokens: args.gemm_wave_tokens,
         gemm_blocks: args.gemm_blocks,
         stream_k: !args.no_stream_k,
-        gemv_mma: args.gemv_mma,
+        gemv_mma_from: args.gemv_mma.map_or(Some(rules::GEMV_MMA_FROM), |MmaFrom(from)| from),
         gemv_mma_shape: args.gemv_mma_shape,
         prefill: !args.no_prefill,
     };
@@ -437,7 +438,21 @@ fn compile_host(
     Ok(())
 }
 
-/// A GEMM block tile `ROWSxTOKENS`, each a multiple of 16.
+/// `--gemv-mma`'s value: the narrowest window on the matrix unit, or none (`never`).
+#[derive(Clone, Copy, Debug)]
+struct MmaFrom(Option<u32>);
+
+fn parse_mma_from(s: &str) -> Result<MmaFrom, String> {
+    match s {
+        "never" => Ok(MmaFrom(None)),
+        _ => match s.parse() {
+            Ok(n) if (1..=16).contains(&n) => Ok(MmaFrom(Some(n))),
+            _ => Err(format!("{s:?} is neither a window of 1 to 16 columns nor `never`")),
+        },
+    }
+}
+
+/// A matrix-unit GEMV's shape `STAGES,BYTES,WAVES`.
 fn parse_mma_shape(s: &str) -> Result<[u32; 3], String> {
     let bad = || format!("{s:?} is not STAGES,BYTES,WAVES with 2 to 8 stages and the others positive (e.g. 3,512,8)");
     let v: Vec<u32> = s.split(',').map(|x| x.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
@@ -447,6 +462,7 @@ fn parse_mma_shape(s: &str) -> Result<[u32; 3], String> {
     }
 }
 
+/// A GEMM block tile `ROWSxTOKENS`, rows a multiple of 16 and tokens of 8.
 fn parse_tile(s: &str) -> Result<[u32; 2], String> {
     let bad = || format!("{s:?} is not ROWSxTOKENS, rows a multiple of 16 and tokens of 8 (e.g. 128x64)");
     let (r, t) = s.split_once('x').ok_or_else(bad)?;

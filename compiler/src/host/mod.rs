@@ -117,13 +117,15 @@ pub fn tolerance(op: &Op) -> f64 {
 /// The plan options a host compilation uses: int8 dots wherever a type has them (the
 /// host's int8 path beats its float path for every size), unless the caller said never;
 /// GEMM records with float input (the host GEMM quantizes its columns itself) and one
-/// launch a tile, without stream-K's workspace (the host splits its own work).
+/// launch a tile, without stream-K's workspace (the host splits its own work); the int8
+/// GEMV for every window (the host has no matrix-unit GEMV).
 pub fn options(mut options: Options) -> Options {
     if options.int8 == Int8Dot::Auto {
         options.int8 = Int8Dot::Always;
     }
     options.int8_gemm = false;
     options.stream_k = false;
+    options.gemv_mma_from = None;
     options
 }
 

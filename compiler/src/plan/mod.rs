@@ -25,8 +25,9 @@ pub const ERROR_BUFFER: &str = "strata_err";
 pub const MAX_WINDOW: u32 = 16;
 
 /// Most sequences one batched decode pass holds. Up to the widest window its products
-/// are window GEMVs, which compute each row as decoding it alone does; wider, they are
-/// the prompt chunks' GEMMs, which read the weights once for all of them.
+/// are window GEMVs (each row as decoding it alone computes it, or on the matrix unit,
+/// [`Options::gemv_mma_from`], to rounding); wider, they are the prompt chunks' GEMMs,
+/// which read the weights once for all of them.
 pub const MAX_BATCH: u32 = 64;
 
 /// What the user asked for beyond the pack and the target.
@@ -75,11 +76,14 @@ pub struct Options {
     /// instead of one block a tile.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub stream_k: bool,
-    /// Whether GEMVs of the types with a fragment decoder take the int8 matrix unit
-    /// ([`rules::gemv_mma`]) where the target has `mma.sync`, for every window. Off by
-    /// default: measured slower than the int8-dot GEMV for one column (docs/PERFORMANCE.md).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub gemv_mma: bool,
+    /// The narrowest window whose GEMVs take the int8 matrix unit ([`rules::gemv_mma`]:
+    /// `mma.sync` targets, the types with a fragment decoder); `None`: no window does.
+    /// By default windows of [`rules::GEMV_MMA_FROM`] columns or more, where it was
+    /// measured faster than the int8-dot GEMV (docs/PERFORMANCE.md); `Some(1)` puts the
+    /// single token on it too, so that a window's columns equal single-token products
+    /// bit for bit on the device as well. A manifest without the key predates it: none.
+    #[serde(default)]
+    pub gemv_mma_from: Option<u32>,
     /// Stages, least slab bytes and waves per compute unit of the matrix-unit GEMVs
     /// instead of the rule's (tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,7 +110,7 @@ impl Default for Options {
             gemm_wave_tokens: None,
             gemm_blocks: None,
             stream_k: true,
-            gemv_mma: false,
+            gemv_mma_from: Some(rules::GEMV_MMA_FROM),
             gemv_mma_shape: None,
             prefill: true,
         }

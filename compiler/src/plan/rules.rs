@@ -74,6 +74,12 @@ pub const Q8_BLOCKS_PER_CU: u32 = 4;
 /// (`strata_frag8_<type>`: a lane's words q and 4 + q of a chunk, with one scale a
 /// chunk): their GEMVs take the int8 matrix unit ([`gemv_mma`]).
 pub const MMA_FRAGMENTS: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::Q8_0];
+/// The narrowest window whose GEMVs take the matrix unit by default
+/// ([`Options::gemv_mma_from`]). On an H100 (docs/PERFORMANCE.md), Llama-8B Q4_0: at
+/// two columns the int8-dot GEMV is faster on both shapes, at four the matrix unit takes
+/// the down projection in 0.57x the time and gate and up in 1.12x (0.88x the three
+/// together), at eight in 0.56x and 0.92x; its one column costs 1.3-1.8x.
+pub const GEMV_MMA_FROM: u32 = 4;
 /// Waves a matrix-unit GEMV wants per compute unit: a wave multiplies its chunks one
 /// after another, so a compute unit needs many to keep its loads in flight.
 pub const GEMV_MMA_WAVES_PER_CU: u32 = 32;
@@ -570,16 +576,16 @@ pub fn gemv_q8(
 /// Tuning of a GEMV on the int8 matrix unit, where it applies: NVIDIA's `mma.sync`
 /// with asynchronous copies, a type of [`MMA_FRAGMENTS`], rows of whole 16-byte pieces
 /// and a window of at most 16 columns (two 8-column tiles), wherever the int8 GEMV
-/// would be taken (`options.int8`) and `options.gemv_mma` asks for it (off by default:
-/// on an H100 it takes 1.3-1.8x the int8-dot GEMV's time for one column, and from about
-/// four columns less, docs/PERFORMANCE.md).
+/// would be taken (`options.int8`), for windows of `options.gemv_mma_from` columns or
+/// more ([`GEMV_MMA_FROM`] by default).
 ///
 /// A wave multiplies 16 rows at a time (`m16n8k32`), so each weight chunk is decoded
 /// once into the A fragment and the window's columns ride in the B fragment: a window
 /// of 8 costs about what one column does, where the int8-dot GEMV's cost grows with
-/// every column. Every window takes it, one column included, so each output sums its
-/// chunks in the same order in every window (a verify window's or a batch's column
-/// equals the single-token product).
+/// every column. Each output sums its chunks in the same order in every window it
+/// takes, so where the single token takes it too (`gemv_mma_from` 1) a verify window's
+/// or a batch's column equals the single-token product bit for bit; by default they
+/// differ from it by rounding (the two templates sum in different orders).
 /// - Slabs are the smallest run of whole blocks and whole 16-byte pieces, doubled to
 ///   [`GEMV_MMA_SLAB_BYTES`] or the row; [`GEMV_MMA_STAGES`] a wave (`options.gemv_mma_shape`
 ///   sweeps these and the next).
@@ -597,8 +603,8 @@ pub fn gemv_mma(
     options: &Options,
 ) -> Option<GemvMmaTuning> {
     let row_bytes = quant.row_bytes(u64::from(cols))?;
-    let usable = options.gemv_mma
-        && (1..=16).contains(&window)
+    let usable = options.gemv_mma_from.is_some_and(|from| window >= from)
+        && window <= 16
         && matrix_unit(target) == MatrixUnit::MmaSync
         && target.features.cp_async
         && MMA_FRAGMENTS.contains(&quant)
@@ -708,7 +714,7 @@ mod tests {
     #[test]
     fn matrix_unit_gemvs_take_fragment_types_on_mma_sync_where_int8_pays() {
         let (sm90, gfx1100) = (Target::load("sm_90").expect("known"), Target::load("gfx1100").expect("known"));
-        let auto = Options { gemv_mma: true, ..Options::default() };
+        let auto = Options { gemv_mma_from: Some(1), ..Options::default() };
         let t = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &auto).expect("an 8B down projection");
         // 8 blocks of 18 bytes, 9 pieces: an odd number apart, so that rows g and g + 8 miss
         // each other's banks. 256 groups of 56 slabs: 14 waves of 4 slabs bring 3584 waves.
@@ -719,12 +725,21 @@ mod tests {
         let q8 = gemv_mma(GgmlType::Q8_0, 14_336, 4096, 1, &sm90, &auto).expect("an 8B gate");
         // 17 pieces apart; 896 groups of 16 slabs: 4 waves of 4 slabs.
         assert_eq!((q8.slab_bytes, q8.slab_stride, q8.waves, q8.wave_slabs), (272, 272, 4, 4));
-        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &Options::default()), None, "off by default");
+        let default = Options::default();
+        assert!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, GEMV_MMA_FROM, &sm90, &default).is_some(), "windows by default");
+        assert_eq!(
+            gemv_mma(GgmlType::Q4_0, 4096, 14_336, GEMV_MMA_FROM - 1, &sm90, &default),
+            None,
+            "narrower: int8 dot"
+        );
+        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &default), None, "one column: int8 dot");
+        let none = Options { gemv_mma_from: None, ..Options::default() };
+        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &none), None, "asked for none");
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 17, &sm90, &auto), None, "two tiles at most");
         assert_eq!(gemv_mma(GgmlType::IQ2_XS, 4096, 14_336, 8, &sm90, &auto), None, "no fragment decoder");
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &gfx1100, &auto), None, "WMMA, not mma.sync");
         assert_eq!(gemv_mma(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &auto), None, "612-byte rows");
-        let never = Options { int8: Int8Dot::Never, gemv_mma: true, ..Options::default() };
+        let never = Options { int8: Int8Dot::Never, gemv_mma_from: Some(1), ..Options::default() };
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &never), None);
     }
 

@@ -58,7 +58,9 @@ impl Model {
     /// Decodes one token for each of several sequences, `(slot, token)`, in one pass
     /// (each product reads its weights once for all of them; each sequence attends over
     /// its own cache) and returns each one's greedy next token. Up to [`Model::window`]
-    /// sequences, each row is computed as decoding that token alone computes it; a wider
+    /// sequences, each row is computed as decoding that token alone computes it (to
+    /// rounding where the window's GEMVs take the matrix unit and one token's do not,
+    /// `Options::gemv_mma_from`); a wider
     /// batch (up to [`Model::batch_width`]) runs its products on the GEMMs, whose sums
     /// may differ from the window GEMVs' in the last bits. Each sequence in its slot
     /// once, none attending sparsely (QSA: those decode alone).
@@ -130,7 +132,9 @@ impl Model {
 
     /// Runs a verify window (`tokens` at the next positions, in one pass of window
     /// GEMVs) and returns the greedy token after each of them, reading back only the
-    /// ids. Row `i` is computed exactly as decoding `tokens[i]` alone would compute it.
+    /// ids. Row `i` is computed as decoding `tokens[i]` alone would compute it: exactly,
+    /// or to rounding where the window's GEMVs take the matrix unit and one token's do
+    /// not (`Options::gemv_mma_from`).
     pub fn verify_greedy(&mut self, tokens: &[u32]) -> Result<Vec<u32>, RunError> {
         if let [token] = tokens {
             return Ok(vec![self.decode_greedy(*token)?]);

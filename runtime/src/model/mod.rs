@@ -344,7 +344,9 @@ impl Model {
     /// order. More than [`MAX_WINDOW`] go in as few GEMM passes as the batch width allows,
     /// sized alike (at 16 columns a window GEMV costs about what the prompt chunk's GEMM
     /// does, docs/PERFORMANCE.md; past it two window passes cost twice); fewer in window
-    /// passes, whose rows are each computed as decoding it alone computes it.
+    /// passes, whose rows are each computed as decoding it alone computes it (where the
+    /// window's GEMVs take the matrix unit and the single token's do not,
+    /// `Options::gemv_mma_from`, to rounding).
     pub fn batch_passes(&self, n: usize) -> Vec<std::ops::Range<usize>> {
         let (window, batch) = (self.window.max(1) as usize, self.batch.max(1) as usize);
         let width = if n > MAX_WINDOW as usize && batch > window { n.div_ceil(n.div_ceil(batch)) } else { window };

@@ -6,8 +6,10 @@
 //! the sequence's position.
 //!
 //! Greedy verification accepts a draft where it equals the target's argmax; a verify
-//! window computes each row exactly as decoding that token alone does, so the output is
-//! the output without speculation, token for token. Sampled verification is speculative
+//! window computes each row as decoding that token alone does, so the output is the
+//! output without speculation, token for token (up to near-ties where the window's GEMVs
+//! take the matrix unit and one token's do not: their sums differ by rounding,
+//! `Options::gemv_mma_from`). Sampled verification is speculative
 //! rejection sampling ([`verify::accept_sampled`]), which keeps the target's distribution.
 
 pub mod draft;
