@@ -23,7 +23,7 @@ use strata_runtime::speculative::SpeculativeConfig;
 
 /// Column j of every verify window (T = 1..16) equals the single-token product of input
 /// j bit for bit, for every quant type, on the float and the int8 path (the device check
-/// runs the same contract on the GPU kernels).
+/// runs the same contract on the GPU kernels, window and single token of one template).
 #[test]
 fn window_columns_equal_single_token_products() {
     let target = Target::load("sm_90").expect("known");

@@ -714,15 +714,15 @@ mod tests {
     #[test]
     fn matrix_unit_gemvs_take_fragment_types_on_mma_sync_where_int8_pays() {
         let (sm90, gfx1100) = (Target::load("sm_90").expect("known"), Target::load("gfx1100").expect("known"));
-        let auto = Options { gemv_mma_from: Some(1), ..Options::default() };
-        let t = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &auto).expect("an 8B down projection");
+        let all = Options { gemv_mma_from: Some(1), ..Options::default() };
+        let t = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &all).expect("an 8B down projection");
         // 8 blocks of 18 bytes, 9 pieces: an odd number apart, so that rows g and g + 8 miss
         // each other's banks. 256 groups of 56 slabs: 14 waves of 4 slabs bring 3584 waves.
         assert_eq!((t.slab_bytes, t.slab_stride, t.stages), (144, 144, 2));
         assert_eq!((t.waves, t.wave_slabs), (14, 4));
-        let one = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &auto).expect("one column too");
+        let one = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &all).expect("one column too");
         assert_eq!(one, t, "the split does not depend on the window");
-        let q8 = gemv_mma(GgmlType::Q8_0, 14_336, 4096, 1, &sm90, &auto).expect("an 8B gate");
+        let q8 = gemv_mma(GgmlType::Q8_0, 14_336, 4096, 1, &sm90, &all).expect("an 8B gate");
         // 17 pieces apart; 896 groups of 16 slabs: 4 waves of 4 slabs.
         assert_eq!((q8.slab_bytes, q8.slab_stride, q8.waves, q8.wave_slabs), (272, 272, 4, 4));
         let default = Options::default();
@@ -735,10 +735,10 @@ mod tests {
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &default), None, "one column: int8 dot");
         let none = Options { gemv_mma_from: None, ..Options::default() };
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &none), None, "asked for none");
-        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 17, &sm90, &auto), None, "two tiles at most");
-        assert_eq!(gemv_mma(GgmlType::IQ2_XS, 4096, 14_336, 8, &sm90, &auto), None, "no fragment decoder");
-        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &gfx1100, &auto), None, "WMMA, not mma.sync");
-        assert_eq!(gemv_mma(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &auto), None, "612-byte rows");
+        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 17, &sm90, &all), None, "two tiles at most");
+        assert_eq!(gemv_mma(GgmlType::IQ2_XS, 4096, 14_336, 8, &sm90, &all), None, "no fragment decoder");
+        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &gfx1100, &all), None, "WMMA, not mma.sync");
+        assert_eq!(gemv_mma(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &all), None, "612-byte rows");
         let never = Options { int8: Int8Dot::Never, gemv_mma_from: Some(1), ..Options::default() };
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &never), None);
     }
