@@ -3,8 +3,8 @@
 //! chunk while its prompt is read, then one token reported; a long prompt holds the
 //! others for one chunk a round, not for its whole length. A round reads at most
 //! `--batch-tokens`: one a decoding sequence, and prompt chunks (`--prefill` tokens at
-//! most) within the rest, the oldest request's first, at least one token of one prompt
-//! a round; a smaller budget keeps the decoding sequences' token gaps short. Then the
+//! most) within the rest, the shortest rest of a prompt first while the oldest request
+//! keeps at least half of it (and one token), `prompt_budgets`; a smaller budget keeps the decoding sequences' token gaps short. Then the
 //! sequences that need their next token are decoded together: one batched pass (as many
 //! as [`Model::window`] a pass), whose products read the weights once for all of them,
 //! each attending over its own cache. A request whose client went away is dropped before
@@ -203,21 +203,31 @@ fn shared_prefix(held: &[u32], prompt: &[u32]) -> usize {
 }
 
 /// The prompt tokens each slot may read this round (none where a slot decodes or holds
-/// nothing): `budget` less one a decoding sequence, the oldest request's first, at least
-/// one token to the oldest.
+/// nothing): `budget` less one a decoding sequence, the shortest rest of a prompt first
+/// (a short prompt arriving behind a long one is read at once, not after it: measured
+/// on the device, its time to first token was the long prompt's), while the oldest
+/// request keeps at least half of it (and at least one token), so that a stream of short
+/// prompts never stalls a long one.
 fn prompt_budgets(slots: &[Option<Active>], budget: usize) -> Vec<usize> {
-    let reading = |a: &Active| a.read < a.job.prompt.len();
-    let decoding = slots.iter().flatten().filter(|a| !reading(a)).count();
+    let rest = |i: usize| slots[i].as_ref().map_or(0, |a| a.job.prompt.len().saturating_sub(a.read));
+    let decoding = slots.iter().flatten().filter(|a| a.read >= a.job.prompt.len()).count();
     let mut left = budget.saturating_sub(decoding);
-    let mut order: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].as_ref().is_some_and(reading)).collect();
-    order.sort_by_key(|&i| slots[i].as_ref().map(|a| a.job.received));
+    let mut order: Vec<usize> = (0..slots.len()).filter(|&i| rest(i) > 0).collect();
+    let age = |i: usize| slots[i].as_ref().map(|a| a.job.received);
+    let oldest = order.iter().copied().min_by_key(|&i| age(i));
+    let mut reserve = oldest.map_or(0, |i| rest(i).min((left / 2).max(1)));
+    order.sort_by_key(|&i| (rest(i), age(i)));
     let mut budgets = vec![0; slots.len()];
-    for (n, i) in order.into_iter().enumerate() {
-        let Some(a) = &slots[i] else { continue };
-        let want = a.job.prompt.len() - a.read;
-        let take = if n == 0 { want.min(left.max(1)) } else { want.min(left) };
+    for i in order {
+        let take = if Some(i) == oldest {
+            let take = rest(i).min(left.max(reserve));
+            reserve = 0;
+            take
+        } else {
+            rest(i).min(left.saturating_sub(reserve))
+        };
         budgets[i] = take;
-        left -= take.min(left);
+        left = left.saturating_sub(take);
     }
     budgets
 }
@@ -667,7 +677,7 @@ mod tests {
     }
 
     #[test]
-    fn a_round_reads_prompts_oldest_first_within_the_budget_left_by_decoding() {
+    fn a_round_reads_the_shortest_prompts_first_within_the_budget_left_by_decoding() {
         let now = Instant::now();
         // Two decoding, a young long prompt, an old one, an empty slot.
         let slots = vec![
@@ -682,6 +692,27 @@ mod tests {
         // Decoding takes the whole budget: the oldest prompt still reads a token.
         assert_eq!(prompt_budgets(&slots, 2), vec![0, 0, 1, 0, 0]);
         assert_eq!(prompt_budgets(&[Some(active(40, 39, now, 0))], 8), vec![1]);
+    }
+
+    #[test]
+    fn a_short_prompt_is_not_held_behind_a_long_one_nor_the_long_one_starved() {
+        let now = Instant::now();
+        let decoding = || Some(active(10, 10, now, 500));
+        // Eight streams decoding, a 16k prompt being read, a short prompt arriving.
+        let mut slots: Vec<_> = (0..8).map(|_| decoding()).collect();
+        slots.push(Some(active(16_000, 4096, now, 300)));
+        slots.push(Some(active(20, 0, now, 0)));
+        assert_eq!(prompt_budgets(&slots, 512)[8..], [484, 20]);
+        // Short prompts enough to fill the round: the oldest still reads half of it.
+        let mut slots = vec![Some(active(16_000, 0, now, 300))];
+        slots.extend((0..10).map(|_| Some(active(100, 0, now, 0))));
+        let budgets = prompt_budgets(&slots, 512);
+        assert_eq!(budgets[0], 256);
+        assert_eq!(budgets.iter().sum::<usize>(), 512);
+        assert_eq!(budgets[1..4], [100, 100, 56]);
+        // An old short prompt reads whole before a younger long one.
+        let slots = vec![Some(active(5000, 0, now, 0)), Some(active(30, 0, now, 9))];
+        assert_eq!(prompt_budgets(&slots, 512), vec![482, 30]);
     }
 
     #[test]

@@ -196,8 +196,9 @@ enum Command {
         #[arg(long, default_value_t = 4 << 20)]
         body_limit: usize,
         /// Tokens one round of the engine reads at most: each decoding request's one,
-        /// and prompt chunks (of --prefill at most) within the rest, oldest request
-        /// first, at least one token of one prompt a round. Smaller keeps the decoding
+        /// and prompt chunks (of --prefill at most) within the rest, the shortest rest
+        /// of a prompt first, the oldest request keeping at least half (one token at
+        /// least). Smaller keeps the decoding
         /// requests' token gaps short while a long prompt is read; larger reads prompts
         /// faster.
         #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
