@@ -2,7 +2,7 @@
 """Decode gaps while a long prompt is read: STREAMS streaming greedy completions decode
 (MAX tokens each); after a second one more request sends a prompt of about LONG tokens
 (a byte-level pack: one token a byte) and asks for one token, and while it is read a
-client sends short prompts (64 tokens, one token asked), one after another. Prints the
+client sends short prompts (about 70 tokens, one token asked), one after another. Prints the
 long request's time to first token, the short requests' time to first token (median and
 99th percentile, nearest rank), and the gaps between the decoding requests' tokens before
 the long prompt arrived and while it was read, from the server's inter-token latency
@@ -64,13 +64,13 @@ short = []
 
 
 def short_requests():
-    """Short prompts one after another while the long one is read: their times to first token."""
+    """Short prompts one after another while the long one is read: the times to first
+    token of those sent before it was read whole."""
     i = 0
     while not done.is_set():
         t0 = time.time()
         request({"prompt": f"Short {i}: " + "tale " * 12, "max_tokens": 1, "temperature": 0, "cache_prompt": False})
-        if not done.is_set():
-            short.append(time.time() - t0)
+        short.append(time.time() - t0)
         i += 1
 
 
