@@ -235,6 +235,25 @@ fn a_small_step_budget_reads_a_long_prompt_in_pieces_beside_a_decoding_request()
 }
 
 #[test]
+fn a_short_prompt_arriving_behind_a_long_one_is_answered_while_the_long_one_is_read() {
+    // 8 tokens a round: a prompt of about 1300 tokens takes a round of it 160 times; a
+    // short prompt arriving meanwhile is read within a few rounds (shortest first), not
+    // after the long one (its first token's wait measured 2 s behind a 16k prompt).
+    let args = ["--parallel", "2", "--batch-tokens", "8", "--ctx", "2048"];
+    let Some(server) = Server::start(&args, &[], "ready") else { return };
+    let long = format!("{PROMPT} {}", "The river that runs through it is the Seine. ".repeat(120));
+    let body = |prompt: &str| json!({ "prompt": prompt, "max_tokens": 1, "temperature": 0, "cache_prompt": false });
+    let mut pending = server.send("/v1/completions", &body(&long));
+    server.wait_metric("requests_running", 1.0);
+    let (status, short) = server.post("/v1/completions", &body(PROMPT));
+    assert_eq!(status, 200, "{short}");
+    assert_eq!(server.metric("requests_running"), 1.0, "the long prompt was read before the short one was answered");
+    let mut reply = String::new();
+    pending.read_to_string(&mut reply).expect("the long prompt's reply");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+#[test]
 fn speculative_serving_keeps_greedy_text_and_reports_acceptance() {
     let Some(server) = Server::start(&["--parallel", "2", "--spec", "4"], &[], "ready") else { return };
     // A pattern the n-gram drafter continues; with log-probabilities asked for, the
