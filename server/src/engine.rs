@@ -4,10 +4,11 @@
 //! others for one chunk a round, not for its whole length. A round reads at most
 //! `--batch-tokens`: one a decoding sequence, and prompt chunks (`--prefill` tokens at
 //! most) within the rest, the shortest rest of a prompt first while the oldest request
-//! keeps at least half of it (and one token), `prompt_budgets`; a smaller budget keeps the decoding sequences' token gaps short. Then the
-//! sequences that need their next token are decoded together: one batched pass (as many
-//! as [`Model::window`] a pass), whose products read the weights once for all of them,
-//! each attending over its own cache. A request whose client went away is dropped before
+//! keeps at least half of it (and one token), `prompt_budgets`; a smaller budget keeps
+//! the decoding sequences' token gaps short. Then the sequences that need their next
+//! token are decoded together, in the batched passes `Model::batch_passes` gives, whose
+//! products read the weights once for all of a pass, each sequence attending over its
+//! own cache. A request whose client went away is dropped before
 //! its next chunk or token, and a queued one as soon as the engine looks at its queue.
 //!
 //! Some sequences decode alone: a request with log-probabilities or a grammar

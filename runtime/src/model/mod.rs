@@ -342,9 +342,9 @@ impl Model {
 
     /// The passes that decode one token of each of `n` sequences, as ranges of them in
     /// order. More than [`MAX_WINDOW`] go in as few GEMM passes as the batch width allows,
-    /// sized alike (at 16 columns a window GEMV costs about what the prompt chunk's GEMM
-    /// does, docs/PERFORMANCE.md; past it two window passes cost twice); fewer in window
-    /// passes, whose rows are each computed as decoding it alone computes it (where the
+    /// sized alike (past the widest window, two window passes read the weights twice; on
+    /// an H100 one GEMM pass of 32 took 14.7 ms, two matrix-unit window passes of 16
+    /// about 14.0 in another run, docs/PERFORMANCE.md); fewer in window passes, whose rows are each computed as decoding it alone computes it (where the
     /// window's GEMVs take the matrix unit and the single token's do not,
     /// `Options::gemv_mma_from`, to rounding).
     pub fn batch_passes(&self, n: usize) -> Vec<std::ops::Range<usize>> {
