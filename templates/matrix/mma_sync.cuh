@@ -64,3 +64,15 @@ STRATA_DEVICE void strata_mma_i8_k16(i32* c, u32 a0, u32 a1, u32 b0) {
             : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
             : "r"(a0), "r"(a1), "r"(b0));
 }
+// Int8 m16n8k32 whose sums come out as floats with no conversion instruction (int-to-float
+// issues at a fraction of the multiply-add rate): the accumulators start at the bits of
+// STRATA_I8_BIAS = 1.5 * 2^23, so each ends as the float STRATA_I8_BIAS + sum, exactly,
+// while |sum| < 2^22 (a chunk's is at most 32 * 128 * 127). fma(c[i], d, -STRATA_I8_BIAS * d)
+// is then sum * d rounded once, as d * (float)sum is (the bias times an f16 scale is exact).
+#define STRATA_I8_BIAS 12582912.0f
+STRATA_DEVICE void strata_mma_i8_biased(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    i32 s[4] = {0x4B400000, 0x4B400000, 0x4B400000, 0x4B400000};
+    strata_mma_i8_k32(s, a0, a1, a2, a3, b0, b1);
+#pragma unroll
+    for (u32 i = 0; i < 4u; ++i) c[i] = __builtin_bit_cast(float, s[i]);
+}

@@ -102,6 +102,10 @@ struct CompileArgs {
     /// STAGES,BYTES,WAVES, instead of the rule's (tuning sweeps).
     #[arg(long, value_name = "STAGES,BYTES,WAVES", value_parser = parse_mma_shape)]
     gemv_mma_shape: Option<[u32; 3]>,
+    /// 16-row groups a wave of the matrix-unit GEMVs multiplies together, instead of the
+    /// rule's (tuning sweeps).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
+    gemv_mma_groups: Option<u32>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention; a mixture of experts' 16-token window): prompts are then read in
     /// verify-window passes.
@@ -343,6 +347,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         stream_k: !args.no_stream_k,
         gemv_mma_from: args.gemv_mma.map_or(Some(rules::GEMV_MMA_FROM), |MmaFrom(from)| from),
         gemv_mma_shape: args.gemv_mma_shape,
+        gemv_mma_groups: args.gemv_mma_groups,
         prefill: !args.no_prefill,
     };
     let request = Request {

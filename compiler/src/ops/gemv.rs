@@ -54,7 +54,8 @@ impl KernelOp for Gemv {
             ]
         };
         if let Some(t) = rules::gemv_mma(quant, rows, cols, window, target, options) {
-            let blocks = rows.div_ceil(16).min(target.device.compute_units * rules::GEMV_MMA_BLOCKS_PER_CU);
+            let panels = rows.div_ceil(16 * t.wave_groups);
+            let blocks = panels.min(target.device.compute_units * rules::GEMV_MMA_BLOCKS_PER_CU);
             let grid = [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)];
             return Parts {
                 launch: launch_dynamic(target, grid, t.waves * wave, mma_shared_bytes(&t, window, wave)),
@@ -130,11 +131,12 @@ pub(crate) fn template(k: &KernelRecord) -> &'static str {
     }
 }
 
-/// Shared bytes of a matrix-unit GEMV of `window` columns: each wave's stages of 16 row
-/// slabs, then, where several waves split the rows, their sums (a tile's 4 a lane).
+/// Shared bytes of a matrix-unit GEMV of `window` columns: each wave's stages of a
+/// panel's row slabs, then, where several waves split the rows, their sums (a group's
+/// tile's 4 a lane).
 pub(crate) fn mma_shared_bytes(t: &GemvMmaTuning, window: u32, wave: u32) -> u32 {
-    let sums = if t.waves > 1 { t.waves * window.div_ceil(8) * 4 * wave * 4 } else { 0 };
-    t.waves * t.stages * 16 * t.slab_stride + sums
+    let sums = if t.waves > 1 { t.waves * t.wave_groups * window.div_ceil(8) * 4 * wave * 4 } else { 0 };
+    t.waves * t.stages * 16 * t.wave_groups * t.slab_stride + sums
 }
 
 /// Shared bytes of a float-path GEMV: the window's staged input tile (padded chunks),
@@ -254,18 +256,20 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
                 || g.slab_stride < g.slab_bytes
                 || g.slab_stride % 32 != 16
                 || g.stages < 2
+                || g.wave_groups == 0
                 || !row_bytes.is_multiple_of(16)
             {
                 c.fail(
                     "the matrix-unit slabs",
                     format!(
-                        "{window} columns, {}-byte slabs {} bytes apart, {} stages, {} waves of {} slabs",
-                        g.slab_bytes, g.slab_stride, g.stages, g.waves, g.wave_slabs
+                        "{window} columns, {}-byte slabs {} bytes apart, {} stages, {} waves of {} slabs, \
+                         {} groups a wave",
+                        g.slab_bytes, g.slab_stride, g.stages, g.waves, g.wave_slabs, g.wave_groups
                     ),
                     format!(
                         "at most two 8-column tiles; slabs of whole {block_bytes}-byte blocks and 16-byte pieces \
                          of the {row_bytes}-byte rows, an odd number of pieces apart, at least two in flight; \
-                         the waves' slabs covering the row's {slabs}, each wave's at least one"
+                         the waves' slabs covering the row's {slabs}, each wave's at least one; a group at least"
                     ),
                 );
             }
@@ -275,8 +279,10 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
                     "declared shared memory",
                     format!("{} bytes for {} waves, {} blocks", l.shared_bytes, l.waves, c.grid_x()),
                     format!(
-                        "{} waves of {} stages of 16 slabs and their sums need {shared}, dynamic",
-                        g.waves, g.stages
+                        "{} waves of {} stages of {} slabs and their sums need {shared}, dynamic",
+                        g.waves,
+                        g.stages,
+                        16 * g.wave_groups
                     ),
                 );
             }
@@ -316,9 +322,10 @@ pub(crate) fn gemv_context(
             "slab_bytes": t.slab_bytes, "slab_pieces": t.slab_bytes / 16, "slab_stride": t.slab_stride,
             "slab_chunks": t.slab_bytes / quant.block_bytes() as u32 * (quant.block_len() as u32 / 32),
             "row_pieces": row_bytes / 16, "slabs": (row_bytes as u32).div_ceil(t.slab_bytes),
-            "copies": t.slab_bytes.div_ceil(target.device.wave_size),
+            "copies": (t.wave_groups * t.slab_bytes).div_ceil(target.device.wave_size),
             "stages": t.stages, "wait": t.stages - 1, "waves": t.waves, "wave_slabs": t.wave_slabs,
-            "split": t.waves > 1, "groups": rows.div_ceil(16),
+            "split": t.waves > 1, "wave_groups": t.wave_groups, "panel_rows": 16 * t.wave_groups,
+            "panels": rows.div_ceil(16 * t.wave_groups), "unroll": (4 / t.wave_groups).max(1),
             "blocks": match l.grid[0] { Dim::Fixed(n) => n, Dim::Runtime { .. } => 0 },
             "xq_len": fixed(k, "xq"), "xd_len": fixed(k, "xd"), "y_len": fixed(k, "y"),
         }),

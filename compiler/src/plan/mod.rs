@@ -88,6 +88,10 @@ pub struct Options {
     /// instead of the rule's (tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemv_mma_shape: Option<[u32; 3]>,
+    /// 16-row groups a wave of the matrix-unit GEMVs multiplies together instead of the
+    /// rule's (tuning sweeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemv_mma_groups: Option<u32>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack, or a mixture of experts' prompt window; without them prompts are
     /// read in verify-window passes.
@@ -112,6 +116,7 @@ impl Default for Options {
             stream_k: true,
             gemv_mma_from: Some(rules::GEMV_MMA_FROM),
             gemv_mma_shape: None,
+            gemv_mma_groups: None,
             prefill: true,
         }
     }
@@ -119,6 +124,10 @@ impl Default for Options {
 
 fn yes() -> bool {
     true
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn is_true(b: &bool) -> bool {
@@ -338,10 +347,10 @@ pub struct GemvQ8Tuning {
     pub table_bytes: u32,
 }
 
-/// Tuning of a GEMV on the int8 matrix unit (see [`rules::gemv_mma`]): a block takes 16
-/// rows at a time, its waves splitting their length, each streaming its part through
-/// shared memory in slabs, several in flight, and multiplying each 32-weight chunk by up
-/// to 8 columns a `mma.sync` m16n8k32.
+/// Tuning of a GEMV on the int8 matrix unit (see [`rules::gemv_mma`]): a block takes a
+/// panel of `16 * wave_groups` rows at a time, its waves splitting their length, each
+/// streaming its part through shared memory in slabs, several in flight, and multiplying
+/// each 32-weight chunk by up to 8 columns a `mma.sync` m16n8k32.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GemvMmaTuning {
     /// Waves per block: the split of each row.
@@ -355,6 +364,11 @@ pub struct GemvMmaTuning {
     /// Bytes from one row's slab to the next in shared memory: an odd number of 16-byte
     /// pieces, so that the 8 rows a fragment reads at once fall in different banks.
     pub slab_stride: u32,
+    /// 16-row groups a wave multiplies together, sharing each chunk's input fragments
+    /// and column scales (loaded once for all of them). A manifest without the key
+    /// predates it: one.
+    #[serde(default = "one")]
+    pub wave_groups: u32,
 }
 
 /// Tiles of a [`Op::Gemm`] (see [`rules::gemm`]): a block computes `tile_rows` outputs

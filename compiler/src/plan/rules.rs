@@ -90,8 +90,11 @@ pub const GEMV_MMA_STAGES: u32 = 2;
 /// Bytes of a row's slab in a matrix-unit GEMV, at least (16 rows: 2 KiB a slab, so that
 /// 32 waves' stages fit a compute unit's shared memory).
 pub const GEMV_MMA_SLAB_BYTES: u32 = 128;
-/// Blocks of a matrix-unit GEMV per compute unit, at most (blocks step over the groups).
+/// Blocks of a matrix-unit GEMV per compute unit, at most (blocks step over the panels).
 pub const GEMV_MMA_BLOCKS_PER_CU: u32 = 4;
+/// Most 16-row groups a matrix-unit GEMV's wave multiplies together: each chunk's input
+/// fragments are loaded once for all of them.
+pub const GEMV_MMA_MAX_GROUPS: u32 = 4;
 
 /// Most splits of one (token, head) in attention. A decode token deep in a long context
 /// needs many waves reading at once: with 16 splits, 8 KV heads gave 128 blocks (4 waves
@@ -589,11 +592,16 @@ pub fn gemv_q8(
 /// - Slabs are the smallest run of whole blocks and whole 16-byte pieces, doubled to
 ///   [`GEMV_MMA_SLAB_BYTES`] or the row; [`GEMV_MMA_STAGES`] a wave (`options.gemv_mma_shape`
 ///   sweeps these and the next).
-/// - A block's waves split each 16-row group's slabs evenly (`wave_slabs` each), as many
-///   as bring the matrix to [`GEMV_MMA_WAVES_PER_CU`] waves a compute unit, at most
-///   [`GEMV_MMA_MAX_SPLITS`]: a matrix of few groups (4096 rows: 256) still keeps every
-///   compute unit's loads in flight. The waves' sums are added in wave order. The split
-///   depends on the matrix and the target only, never on the window.
+/// - A wave multiplies `wave_groups` 16-row groups together (a panel), so that each
+///   chunk's input fragments and column scales, read from memory shared by every row,
+///   are loaded once for all of them: as many as [`GEMV_MMA_MAX_GROUPS`] while the
+///   matrix keeps a panel for every compute unit (`options.gemv_mma_groups` sets it).
+/// - A block's waves split each panel's slabs evenly (`wave_slabs` each), as many as
+///   bring the matrix to [`GEMV_MMA_WAVES_PER_CU`] groups in flight a compute unit, at
+///   most [`GEMV_MMA_MAX_SPLITS`] and no more than the widest window's block fits in
+///   shared memory: a matrix of few groups (4096 rows: 256) still keeps every compute
+///   unit's loads in flight. The waves' sums are added in wave order. The split depends
+///   on the matrix, the target and the options only, never on the window.
 pub fn gemv_mma(
     quant: GgmlType,
     rows: u32,
@@ -622,16 +630,34 @@ pub fn gemv_mma(
         slab *= 2;
     }
     let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok()?;
-    let groups = rows.div_ceil(16);
-    let wanted = (target.device.compute_units * per_cu).div_ceil(groups);
-    let wave_slabs = slabs.div_ceil(wanted.clamp(1, GEMV_MMA_MAX_SPLITS.min(slabs)));
-    Some(GemvMmaTuning {
+    let cus = target.device.compute_units;
+    let wave_groups = options.gemv_mma_groups.unwrap_or_else(|| {
+        let mut r = GEMV_MMA_MAX_GROUPS;
+        while r > 1 && rows.div_ceil(16 * r) < cus {
+            r /= 2;
+        }
+        r
+    });
+    let wave_groups = wave_groups.clamp(1, rows.div_ceil(16));
+    let panels = rows.div_ceil(16 * wave_groups);
+    let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
+    let mut wave_slabs = slabs.div_ceil(wanted.clamp(1, GEMV_MMA_MAX_SPLITS.min(slabs)));
+    let tuning = |wave_slabs: u32| GemvMmaTuning {
         waves: slabs.div_ceil(wave_slabs),
         wave_slabs,
         slab_bytes: slab,
         stages,
         slab_stride: 16 * ((slab / 16) | 1),
-    })
+        wave_groups,
+    };
+    // Fewer, longer splits where the widest window's block would not fit shared memory.
+    let limit = target.device.shared_limit(true);
+    while wave_slabs < slabs
+        && crate::ops::gemv::mma_shared_bytes(&tuning(wave_slabs), 16, target.device.wave_size) > limit
+    {
+        wave_slabs += 1;
+    }
+    Some(tuning(wave_slabs))
 }
 
 /// The lookup grid an int8 decoder reads: (name in the module, bytes an entry, entries).
@@ -741,6 +767,31 @@ mod tests {
         assert_eq!(gemv_mma(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &all), None, "612-byte rows");
         let never = Options { int8: Int8Dot::Never, gemv_mma_from: Some(1), ..Options::default() };
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &never), None);
+    }
+
+    #[test]
+    fn matrix_unit_gemv_waves_share_inputs_across_groups_while_every_compute_unit_has_a_panel() {
+        let sm90 = Target::load("sm_90").expect("known");
+        let all = Options { gemv_mma_from: Some(1), ..Options::default() };
+        let groups = |rows, cols, options: &Options| {
+            gemv_mma(GgmlType::Q4_0, rows, cols, 8, &sm90, options).expect("an 8B product").wave_groups
+        };
+        // 14336 rows: 224 panels of 64 for 132 SMs; 4096 rows: 128 panels of 32 would
+        // leave SMs without one.
+        assert_eq!(groups(14_336, 4096, &all), GEMV_MMA_MAX_GROUPS);
+        assert_eq!(groups(4096, 14_336, &all), 1);
+        let two = Options { gemv_mma_groups: Some(2), ..all.clone() };
+        assert_eq!(groups(4096, 14_336, &two), 2, "the option sets it");
+        // Four groups of 4096 rows: 64 panels want 16 splits, whose stages would not fit
+        // shared memory; fewer, longer splits do, at every window.
+        let four = Options { gemv_mma_groups: Some(4), ..all.clone() };
+        assert_eq!(groups(1024, 4096, &Options { gemv_mma_groups: Some(128), ..all.clone() }), 64, "the matrix's");
+        let t = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 16, &sm90, &four).expect("fits");
+        assert!(t.waves < GEMV_MMA_MAX_SPLITS);
+        let limit = sm90.device.shared_limit(true);
+        for window in [1, 8, 16] {
+            assert!(crate::ops::gemv::mma_shared_bytes(&t, window, 32) <= limit, "{window} columns");
+        }
     }
 
     #[test]
