@@ -92,9 +92,12 @@ pub const GEMV_MMA_STAGES: u32 = 2;
 pub const GEMV_MMA_SLAB_BYTES: u32 = 128;
 /// Blocks of a matrix-unit GEMV per compute unit, at most (blocks step over the panels).
 pub const GEMV_MMA_BLOCKS_PER_CU: u32 = 4;
-/// Most 16-row groups a matrix-unit GEMV's wave multiplies together: each chunk's input
-/// fragments are loaded once for all of them.
-pub const GEMV_MMA_MAX_GROUPS: u32 = 4;
+/// 16-row groups a matrix-unit GEMV's wave multiplies together (each chunk's input
+/// fragments are loaded once for all of them): one until a device sweep measures more
+/// (artifacts built with `strata-compile --gemv-mma-groups N`, timed by
+/// `ARCHIVES=DIR scripts/device/bench-windows.sh`). Two or four read the inputs half or a
+/// quarter as often, but leave fewer waves a compute unit.
+pub const GEMV_MMA_GROUPS: u32 = 1;
 
 /// Most splits of one (token, head) in attention. A decode token deep in a long context
 /// needs many waves reading at once: with 16 splits, 8 KV heads gave 128 blocks (4 waves
@@ -594,8 +597,7 @@ pub fn gemv_q8(
 ///   sweeps these and the next).
 /// - A wave multiplies `wave_groups` 16-row groups together (a panel), so that each
 ///   chunk's input fragments and column scales, read from memory shared by every row,
-///   are loaded once for all of them: as many as [`GEMV_MMA_MAX_GROUPS`] while the
-///   matrix keeps a panel for every compute unit (`options.gemv_mma_groups` sets it).
+///   are loaded once for all of them: [`GEMV_MMA_GROUPS`], or `options.gemv_mma_groups`.
 /// - A block's waves split each panel's slabs evenly (`wave_slabs` each), as many as
 ///   bring the matrix to [`GEMV_MMA_WAVES_PER_CU`] groups in flight a compute unit, at
 ///   most [`GEMV_MMA_MAX_SPLITS`] and no more than the widest window's block fits in
@@ -631,14 +633,7 @@ pub fn gemv_mma(
     }
     let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok()?;
     let cus = target.device.compute_units;
-    let wave_groups = options.gemv_mma_groups.unwrap_or_else(|| {
-        let mut r = GEMV_MMA_MAX_GROUPS;
-        while r > 1 && rows.div_ceil(16 * r) < cus {
-            r /= 2;
-        }
-        r
-    });
-    let wave_groups = wave_groups.clamp(1, rows.div_ceil(16));
+    let wave_groups = options.gemv_mma_groups.unwrap_or(GEMV_MMA_GROUPS).clamp(1, rows.div_ceil(16));
     let panels = rows.div_ceil(16 * wave_groups);
     let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
     let mut wave_slabs = slabs.div_ceil(wanted.clamp(1, GEMV_MMA_MAX_SPLITS.min(slabs)));
@@ -770,18 +765,19 @@ mod tests {
     }
 
     #[test]
-    fn matrix_unit_gemv_waves_share_inputs_across_groups_while_every_compute_unit_has_a_panel() {
+    fn matrix_unit_gemv_waves_share_inputs_across_groups_within_shared_memory() {
         let sm90 = Target::load("sm_90").expect("known");
         let all = Options { gemv_mma_from: Some(1), ..Options::default() };
         let groups = |rows, cols, options: &Options| {
             gemv_mma(GgmlType::Q4_0, rows, cols, 8, &sm90, options).expect("an 8B product").wave_groups
         };
-        // 14336 rows: 224 panels of 64 for 132 SMs; 4096 rows: 128 panels of 32 would
-        // leave SMs without one.
-        assert_eq!(groups(14_336, 4096, &all), GEMV_MMA_MAX_GROUPS);
-        assert_eq!(groups(4096, 14_336, &all), 1);
+        assert_eq!(groups(14_336, 4096, &all), GEMV_MMA_GROUPS);
         let two = Options { gemv_mma_groups: Some(2), ..all.clone() };
         assert_eq!(groups(4096, 14_336, &two), 2, "the option sets it");
+        let t = gemv_mma(GgmlType::Q4_0, 14_336, 4096, 8, &sm90, &two).expect("an 8B gate");
+        // 448 panels of 32 rows: the split is that of 16-row groups at the same waves a
+        // compute unit, so each wave's loads are in flight for twice the rows.
+        assert_eq!((t.waves, t.wave_slabs), (4, 4));
         // Four groups of 4096 rows: 64 panels want 16 splits, whose stages would not fit
         // shared memory; fewer, longer splits do, at every window.
         let four = Options { gemv_mma_groups: Some(4), ..all.clone() };
