@@ -269,7 +269,7 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
                     format!(
                         "at most two 8-column tiles; slabs of whole {block_bytes}-byte blocks and 16-byte pieces \
                          of the {row_bytes}-byte rows, an odd number of pieces apart, at least two in flight; \
-                         the waves' slabs covering the row's {slabs}, each wave's at least one; a group at least"
+                         the waves' slabs covering the row's {slabs}, each wave's at least one; at least one group a wave"
                     ),
                 );
             }

@@ -633,7 +633,7 @@ pub fn gemv_mma(
     }
     let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok()?;
     let cus = target.device.compute_units;
-    let wave_groups = options.gemv_mma_groups.unwrap_or(GEMV_MMA_GROUPS).clamp(1, rows.div_ceil(16));
+    let wave_groups = options.gemv_mma_groups.unwrap_or(GEMV_MMA_GROUPS).min(rows.div_ceil(16)).max(1);
     let panels = rows.div_ceil(16 * wave_groups);
     let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
     let mut wave_slabs = slabs.div_ceil(wanted.clamp(1, GEMV_MMA_MAX_SPLITS.min(slabs)));
@@ -778,10 +778,11 @@ mod tests {
         // 448 panels of 32 rows: the split is that of 16-row groups at the same waves a
         // compute unit, so each wave's loads are in flight for twice the rows.
         assert_eq!((t.waves, t.wave_slabs), (4, 4));
+        let many = Options { gemv_mma_groups: Some(128), ..all.clone() };
+        assert_eq!(groups(1024, 4096, &many), 64, "no more than the matrix has");
         // Four groups of 4096 rows: 64 panels want 16 splits, whose stages would not fit
         // shared memory; fewer, longer splits do, at every window.
         let four = Options { gemv_mma_groups: Some(4), ..all.clone() };
-        assert_eq!(groups(1024, 4096, &Options { gemv_mma_groups: Some(128), ..all.clone() }), 64, "the matrix's");
         let t = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 16, &sm90, &four).expect("fits");
         assert!(t.waves < GEMV_MMA_MAX_SPLITS);
         let limit = sm90.device.shared_limit(true);
