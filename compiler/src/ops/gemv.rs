@@ -366,3 +366,30 @@ pub(crate) fn gemv_context(
         _ => json!({}),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// `strata_mma_i8_biased` (templates/matrix/mma_sync.cuh): an int8 chunk's sum read
+    /// as the float 1.5 * 2^23 + sum, then `fma(c, d, -1.5 * 2^23 * d)`, must equal the
+    /// `d * (float)sum` it replaces bit for bit, for every f16 scale and every sum a
+    /// chunk can reach (|sum| <= 32 * 128 * 127), or the matrix-unit GEMV's outputs change.
+    /// Zeros may differ in sign only: each output's sum starts at +0, which adding a zero
+    /// of either sign leaves +0.
+    #[test]
+    fn the_biased_int8_sum_scales_bit_for_bit_as_a_converted_one() {
+        const BIAS_BITS: i32 = 0x4B40_0000;
+        let bias = f32::from_bits(BIAS_BITS as u32);
+        assert_eq!(bias, 12_582_912.0);
+        let most = 32 * 128 * 127;
+        for bits in (0..0x7C00u16).step_by(13).flat_map(|b| [b, b | 0x8000]) {
+            let d = half::f16::from_bits(bits).to_f32();
+            let nd = -bias * d;
+            for sum in (-most..=most).step_by(509).chain([-most, -1, 0, 1, most]) {
+                let biased = f32::from_bits((BIAS_BITS + sum) as u32);
+                let got = biased.mul_add(d, nd);
+                let want = d * sum as f32;
+                assert!(got.to_bits() == want.to_bits() || got == 0.0 && want == 0.0, "d {d} sum {sum}");
+            }
+        }
+    }
+}

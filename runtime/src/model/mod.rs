@@ -343,10 +343,12 @@ impl Model {
     /// The passes that decode one token of each of `n` sequences, as ranges of them in
     /// order. More than [`MAX_WINDOW`] go in as few GEMM passes as the batch width allows,
     /// sized alike (past the widest window, two window passes read the weights twice; on
-    /// an H100 one GEMM pass of 32 took 14.7 ms, two matrix-unit window passes of 16
-    /// about 14.0 in another run, docs/PERFORMANCE.md); fewer in window passes, whose rows are each computed as decoding it alone computes it (where the
-    /// window's GEMVs take the matrix unit and the single token's do not,
-    /// `Options::gemv_mma_from`, to rounding).
+    /// an H100 one GEMM pass of 32 took 14.7 ms; two matrix-unit window passes of 16
+    /// would take about 14.0, from 16 sequences' 2290.8 t/s in another run,
+    /// docs/PERFORMANCE.md); fewer in window passes, whose
+    /// rows are each computed as decoding it alone computes it (where the window's GEMVs
+    /// take the matrix unit and the single token's do not, `Options::gemv_mma_from`, to
+    /// rounding).
     pub fn batch_passes(&self, n: usize) -> Vec<std::ops::Range<usize>> {
         let (window, batch) = (self.window.max(1) as usize, self.batch.max(1) as usize);
         let width = if n > MAX_WINDOW as usize && batch > window { n.div_ceil(n.div_ceil(batch)) } else { window };
