@@ -92,12 +92,11 @@ pub const GEMV_MMA_STAGES: u32 = 2;
 pub const GEMV_MMA_SLAB_BYTES: u32 = 128;
 /// Blocks of a matrix-unit GEMV per compute unit, at most (blocks step over the panels).
 pub const GEMV_MMA_BLOCKS_PER_CU: u32 = 4;
-/// 16-row groups a matrix-unit GEMV's wave multiplies together (each chunk's input
-/// fragments are loaded once for all of them): one until a device sweep measures more
-/// (artifacts built with `strata-compile --gemv-mma-groups N`, timed by
-/// `ARCHIVES=DIR scripts/device/bench-windows.sh`). Two or four read the inputs half or a
-/// quarter as often, but leave fewer waves a compute unit.
-pub const GEMV_MMA_GROUPS: u32 = 1;
+/// 16-row groups a matrix-unit GEMV's wave multiplies together, at most (each chunk's
+/// input fragments are loaded once for all of them). On an H200, two took an 8B Q4_0
+/// model's 8 and 16 batched sequences from 1575 to 1934 and 2294 to 3121 t/s; four read
+/// the inputs less often still but leave too few waves: 2921 at 16 (docs/PERFORMANCE.md).
+pub const GEMV_MMA_GROUPS: u32 = 2;
 
 /// Most splits of one (token, head) in attention. A decode token deep in a long context
 /// needs many waves reading at once: with 16 splits, 8 KV heads gave 128 blocks (4 waves
@@ -187,6 +186,13 @@ pub fn matrix_unit(target: &Target) -> MatrixUnit {
 
 /// Tokens of a prompt chunk by default (`--prefill`), and what the GEMM benchmark times.
 pub const GEMM_CHUNK: u32 = 512;
+
+/// Window passes a batched decode step takes at most; more sequences go in GEMM passes.
+/// A GEMM pass costs about what its tiles do however few tokens fill them: on an H100,
+/// an 8B Q4_0 model's 32 sequences decoded 3108 t/s in two window passes of 16 (2124 in
+/// one GEMM pass, one row group a wave on an H200), 48 as fast either way (3147 and 3124),
+/// and 64 faster in one GEMM pass (4040 and 3124; docs/PERFORMANCE.md).
+pub const BATCH_WINDOW_PASSES: u32 = 2;
 
 /// GEMM tiles for `rows × cols` on `target`. Each wave multiplies 64 rows by a wave's
 /// width of tokens (`ops::Gemm::wave_tile`: 64 accumulators a lane on every unit), 64
@@ -597,7 +603,10 @@ pub fn gemv_q8(
 ///   sweeps these and the next).
 /// - A wave multiplies `wave_groups` 16-row groups together (a panel), so that each
 ///   chunk's input fragments and column scales, read from memory shared by every row,
-///   are loaded once for all of them: [`GEMV_MMA_GROUPS`], or `options.gemv_mma_groups`.
+///   are loaded once for all of them: `options.gemv_mma_groups`, or the most up to
+///   [`GEMV_MMA_GROUPS`] that leave the matrix a panel per two compute units. (On an
+///   H200 the 1024 rows of an 8B model's k and v, 32 panels of 32 rows for 132 SMs, took
+///   20-30% longer at two groups; 4096 rows, 128 panels, took up to 35% less.)
 /// - A block's waves split each panel's slabs evenly (`wave_slabs` each), as many as
 ///   bring the matrix to [`GEMV_MMA_WAVES_PER_CU`] groups in flight a compute unit, at
 ///   most [`GEMV_MMA_MAX_SPLITS`] and no more than the widest window's block fits in
@@ -633,7 +642,11 @@ pub fn gemv_mma(
     }
     let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok()?;
     let cus = target.device.compute_units;
-    let wave_groups = options.gemv_mma_groups.unwrap_or(GEMV_MMA_GROUPS).min(rows.div_ceil(16)).max(1);
+    let groups = rows.div_ceil(16);
+    let wave_groups = match options.gemv_mma_groups {
+        Some(asked) => asked.min(groups).max(1),
+        None => (1..=GEMV_MMA_GROUPS).rev().find(|&r| 2 * groups.div_ceil(r) >= cus).unwrap_or(1),
+    };
     let panels = rows.div_ceil(16 * wave_groups);
     let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
     let mut wave_slabs = slabs.div_ceil(wanted.clamp(1, GEMV_MMA_MAX_SPLITS.min(slabs)));
@@ -772,6 +785,8 @@ mod tests {
             gemv_mma(GgmlType::Q4_0, rows, cols, 8, &sm90, options).expect("an 8B product").wave_groups
         };
         assert_eq!(groups(14_336, 4096, &all), GEMV_MMA_GROUPS);
+        assert_eq!(groups(4096, 4096, &all), 2, "128 panels of 32 rows for 132 SMs");
+        assert_eq!(groups(1024, 4096, &all), 1, "32 panels of 32 would leave most SMs idle");
         let two = Options { gemv_mma_groups: Some(2), ..all.clone() };
         assert_eq!(groups(4096, 14_336, &two), 2, "the option sets it");
         let t = gemv_mma(GgmlType::Q4_0, 14_336, 4096, 8, &sm90, &two).expect("an 8B gate");
