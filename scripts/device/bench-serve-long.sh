@@ -27,7 +27,7 @@ for b in ${BATCH:-128 512 2048}; do
         --ctx $ctx --batch-tokens "$b" --port 18080 >"$log" 2>&1 &
     pid=$!
     for _ in $(seq 600); do grep -q ' ready: ' "$log" && break; kill -0 $pid 2>/dev/null || break; sleep 0.5; done
-    line=$(python3 scripts/device/long_prompt_bench.py http://127.0.0.1:18080 8 "$long" 512 2>&1 | tail -1)
+    line=$(python3 scripts/device/long_prompt_bench.py http://127.0.0.1:18080 8 "$long" 512 2>&1 | tee "$out/bench-$b.txt" | tail -1)
     echo "--batch-tokens $b: $line"
     summary+=("$b|$line")
     kill $pid 2>/dev/null

@@ -88,6 +88,9 @@ for t in threads:
 (bm, bx, bn), (dm, dx, dn) = summary(h0, h1), summary(h1, h2)
 ms = lambda s: f"{1e3 * s:.1f} ms" if s != float("inf") else "inf"
 rank = lambda p: sorted(short)[max(0, -(-len(short) * p // 100) - 1)] if short else float("nan")
+# The gaps while the long prompt was read, bucket by bucket (upper bound: count).
+read_gaps = [(le, nb - na) for (le, na), (_, nb) in zip(h1, h2)]
+print("gaps while read by bucket: " + ", ".join(f"<={ms(le)}: {n - m}" for (le, n), (_, m) in zip(read_gaps, [(0, 0)] + read_gaps) if n > m))
 print(f"long prompt {reply.get('usage', {}).get('prompt_tokens')} tokens: ttft {1e3 * (end - start):.0f} ms; "
       f"short prompts meanwhile ({len(short)}): ttft p50 {ms(rank(50))}, p99 {ms(rank(99))}; gaps before ({bn}): median <= {ms(bm)}, largest <= {ms(bx)}; while read ({dn}): median <= {ms(dm)}, "
       f"largest <= {ms(dx)}")

@@ -341,18 +341,9 @@ impl Model {
     }
 
     /// The passes that decode one token of each of `n` sequences, as ranges of them in
-    /// order. More than [`MAX_WINDOW`] go in as few GEMM passes as the batch width allows,
-    /// sized alike (past the widest window, two window passes read the weights twice; on
-    /// an H100 one GEMM pass of 32 took 14.7 ms; two matrix-unit window passes of 16
-    /// would take about 14.0, from 16 sequences' 2290.8 t/s in another run,
-    /// docs/PERFORMANCE.md); fewer in window passes, whose
-    /// rows are each computed as decoding it alone computes it (where the window's GEMVs
-    /// take the matrix unit and the single token's do not, `Options::gemv_mma_from`, to
-    /// rounding).
+    /// order ([`decode_passes`]).
     pub fn batch_passes(&self, n: usize) -> Vec<std::ops::Range<usize>> {
-        let (window, batch) = (self.window.max(1) as usize, self.batch.max(1) as usize);
-        let width = if n > MAX_WINDOW as usize && batch > window { n.div_ceil(n.div_ceil(batch)) } else { window };
-        (0..n).step_by(width).map(|at| at..(at + width).min(n)).collect()
+        decode_passes(n, self.window, self.batch)
     }
 
     /// The backend (for device information and synchronization).
@@ -458,5 +449,37 @@ impl Model {
             self.check_logits(rows)?;
         }
         self.read_logits(rows)
+    }
+}
+
+/// The passes that decode one token of each of `n` sequences, in order: window passes,
+/// whose rows are each computed as decoding it alone computes it (to rounding where the
+/// window's GEMVs take the matrix unit and the single token's do not,
+/// `Options::gemv_mma_from`), for up to [`rules::BATCH_WINDOW_PASSES`] windows' worth (and
+/// [`MAX_WINDOW`]) of sequences; more in as few GEMM passes of up to `batch` as hold them,
+/// sized alike.
+fn decode_passes(n: usize, window: u32, batch: u32) -> Vec<std::ops::Range<usize>> {
+    let (window, batch) = (window.max(1) as usize, batch.max(1) as usize);
+    let windows = (window * rules::BATCH_WINDOW_PASSES as usize).max(MAX_WINDOW as usize);
+    let width = if n > windows && batch > window { n.div_ceil(n.div_ceil(batch)) } else { window };
+    (0..n).step_by(width).map(|at| at..(at + width).min(n)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_take_window_passes_until_gemm_passes_pay() {
+        let widths = |n, window, batch| decode_passes(n, window, batch).iter().map(|p| p.len()).collect::<Vec<_>>();
+        assert_eq!(widths(1, 16, 64), [1]);
+        assert_eq!(widths(16, 16, 64), [16]);
+        assert_eq!(widths(32, 16, 64), [16, 16], "two window passes");
+        assert_eq!(widths(33, 16, 64), [33], "one GEMM pass");
+        assert_eq!(widths(100, 16, 64), [50, 50], "GEMM passes sized alike");
+        assert_eq!(widths(40, 16, 16), [16, 16, 8], "no GEMMs: windows only");
+        assert_eq!(widths(16, 4, 64), [4, 4, 4, 4], "a narrow window: GEMMs past the widest");
+        assert_eq!(widths(17, 4, 64), [17]);
+        assert!(decode_passes(0, 16, 64).is_empty());
     }
 }
