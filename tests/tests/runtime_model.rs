@@ -350,8 +350,11 @@ fn wide_batches_decode_as_alone(pack: &Path, name: &str) {
     let mut s = open();
     assert_eq!(s.model.window(), MAX_WINDOW);
     assert!(s.model.batch_width() >= seqs as u32, "{name}: batch width {}", s.model.batch_width());
-    assert_eq!(s.model.batch_passes(seqs), vec![0..seqs], "past 16 sequences: one GEMM pass");
+    // The engine's passes: up to two windows' worth in window passes, more on the GEMMs
+    // (a batch of 17 to 20 below takes them because it is decoded in one call).
     assert_eq!(s.model.batch_passes(16), vec![0..16], "16 or fewer: a window pass");
+    assert_eq!(s.model.batch_passes(seqs), vec![0..16, 16..seqs], "up to 32: window passes");
+    assert_eq!(s.model.batch_passes(36), vec![0..18, 18..36], "past 32: GEMM passes sized alike");
     let vocab = s.model.desc.vocab as usize;
     let mut alone = Vec::new();
     for slot in 0..seqs {
