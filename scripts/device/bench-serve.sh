@@ -3,14 +3,15 @@
 # Llama-8B Q4_0 shapes (synthetic packs, scripts/device/bench-packs.sh), `strata-run serve
 # --parallel 32` with the artifacts of .device/serve/<pack> (compiled with --spec 16: up
 # to 16 sequences a pass on the window GEMVs, more on the GEMMs), then: the aggregate
-# decode rate of N streaming clients (scripts/device/serve_bench.py, N in STREAMS, default
-# "1 4 8 16 32", MAX tokens each, default 128); the same with the binaries of
+# rate of N streaming clients, end to end and decoding alone (scripts/device/serve_bench.py,
+# N in STREAMS, default "1 4 8 16 32", MAX tokens each, default 128); the same with the binaries of
 # .device/binprev where carried (an earlier build), for PREV_STREAMS (default "1 8"); and
 # batched text against each request alone (scripts/device/batch_check.py, 8 requests);
 # and, unless PEER=0, the peer on the same pack: llama.cpp's llama-batched-bench
 # (scripts/device/llama-bench.sh, built while the packs are made; EXPORT_DIR=$OUT/peer
 # hands a fresh build back), N sequences of a 128-token prompt each decoding MAX tokens,
-# its S_TG being the same aggregate decode rate. Prints a table last.
+# its S_TG counting decode time alone, as serve_bench.py's second figure does. Prints a
+# table last.
 #
 # Needs .device/bin (new binaries), .device/serve/<pack>/ (ARTS=DIR: DIR/<pack>/ instead, another
 # build of the same packs); optional .device/binprev (PREV_ARTS=DIR: its artifacts from
@@ -69,7 +70,7 @@ while read -r name preset types layers; do
         for n in $ns; do
             line=$(python3 scripts/device/serve_bench.py http://127.0.0.1:18080 "$n" "$max")
             echo "$name $label: $line"
-            summary+=("$name|$label|$n|$(grep -o '= [0-9.]* t/s' <<<"$line" | tr -d '= ')")
+            summary+=("$name|$label|$n|$(grep -o '= [0-9.]* t/s' <<<"$line" | tr -d '= ')|decoding $(grep -o 'decoding [0-9.]* t/s' <<<"$line" | cut -d' ' -f2)")
         done
         if [ "$label" = bin ]; then
             check=$(python3 scripts/device/batch_check.py http://127.0.0.1:18080 8)

@@ -5,7 +5,10 @@
 
 Each client streams a plain completion (temperature 0, a different prompt each) with
 usage included; the figure is all completion tokens (counted by the server) over the
-wall time from the first request to the last [DONE]. Standard library only.
+wall time from the first request to the last [DONE]. The second figure is the decode
+rate alone, as llama-batched-bench's S_TG counts it (no prompts, no first tokens): from
+the server's inter-token gaps during the run (/metrics), clients x gaps / their summed
+length, where every client decodes at once. Standard library only.
 """
 import http.client
 import json
@@ -38,6 +41,19 @@ def client(i):
     results[i] = tokens
 
 
+def gaps():
+    """(count, summed seconds) of the server's inter-token gaps so far."""
+    conn = http.client.HTTPConnection(host.hostname, host.port, timeout=60)
+    conn.request("GET", "/metrics")
+    found = {}
+    for line in conn.getresponse().read().decode().splitlines():
+        for key in ("count", "sum"):
+            if line.startswith(f"strata_inter_token_latency_seconds_{key} "):
+                found[key] = float(line.split()[-1])
+    return found.get("count", 0.0), found.get("sum", 0.0)
+
+
+before = gaps()
 start = time.time()
 threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
 for t in threads:
@@ -46,4 +62,7 @@ for t in threads:
     t.join()
 wall = time.time() - start
 total = sum(r or 0 for r in results)
-print(f"{clients} clients: {total} tokens in {wall:.2f} s = {total / wall:.1f} t/s aggregate")
+after = gaps()
+count, seconds = after[0] - before[0], after[1] - before[1]
+decode = f"{clients * count / seconds:.1f} t/s" if seconds > 0 else "n/a"
+print(f"{clients} clients: {total} tokens in {wall:.2f} s = {total / wall:.1f} t/s aggregate; decoding {decode}")
