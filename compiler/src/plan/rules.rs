@@ -640,7 +640,7 @@ pub fn gemv_mma(
     while slab < least && u64::from(slab) < row_bytes {
         slab *= 2;
     }
-    let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok()?;
+    let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok().filter(|&n| n > 0)?;
     let cus = target.device.compute_units;
     let groups = rows.div_ceil(16);
     let wave_groups = match options.gemv_mma_groups {
@@ -649,7 +649,7 @@ pub fn gemv_mma(
     };
     let panels = rows.div_ceil(16 * wave_groups);
     let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
-    let mut wave_slabs = slabs.div_ceil(wanted.clamp(1, GEMV_MMA_MAX_SPLITS.min(slabs)));
+    let mut wave_slabs = slabs.div_ceil(wanted.min(GEMV_MMA_MAX_SPLITS.min(slabs)).max(1));
     let tuning = |wave_slabs: u32| GemvMmaTuning {
         waves: slabs.div_ceil(wave_slabs),
         wave_slabs,
@@ -773,6 +773,7 @@ mod tests {
         assert_eq!(gemv_mma(GgmlType::IQ2_XS, 4096, 14_336, 8, &sm90, &all), None, "no fragment decoder");
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &gfx1100, &all), None, "WMMA, not mma.sync");
         assert_eq!(gemv_mma(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &all), None, "612-byte rows");
+        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 0, 8, &sm90, &all), None, "no columns");
         let never = Options { int8: Int8Dot::Never, gemv_mma_from: Some(1), ..Options::default() };
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &never), None);
     }
