@@ -606,7 +606,7 @@ pub fn gemv_q8(
 ///   are loaded once for all of them: `options.gemv_mma_groups`, or the most up to
 ///   [`GEMV_MMA_GROUPS`] that leave the matrix a panel per two compute units. (On an
 ///   H200 the 1024 rows of an 8B model's k and v, 32 panels of 32 rows for 132 SMs, took
-///   20-30% longer at two groups; 4096 rows, 128 panels, took up to 35% less.)
+///   17-31% longer at two groups; 4096 rows, 128 panels, took up to 35% less.)
 /// - A block's waves split each panel's slabs evenly (`wave_slabs` each), as many as
 ///   bring the matrix to [`GEMV_MMA_WAVES_PER_CU`] groups in flight a compute unit, at
 ///   most [`GEMV_MMA_MAX_SPLITS`] and no more than the widest window's block fits in
