@@ -101,6 +101,8 @@ fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
         // A prompt chunk after a cached prefix (TEST_POS): partial query and key tiles,
         // and the causal diagonal inside a key tile.
         ("tokens", None) if matches!(spec.op, Op::AttentionPrefill(_)) => 37,
+        // A batch's GEMV: whole 8-column tiles and a partial one, columns past it unread.
+        ("tokens", None) if matches!(spec.op, Op::BatchGemv(_)) => 27,
         // A chunk's routing: more tokens than a wave of the block routes at once.
         ("tokens", None) if matches!(spec.op, Op::MoeGroup(_)) => 37,
         ("rows" | "tokens", _) => 3,
@@ -126,7 +128,7 @@ fn random_bytes(spec: &KernelRecord, buffer: usize, elems: u64, rng: &mut ChaCha
     let n = elems as usize;
     // An int8 product's quantized input: quants and (scale, sum) must agree, so both come
     // from the same random activations.
-    if matches!(spec.op, Op::Gemv(_) | Op::ExpertGemv(_) | Op::Gemm(_) | Op::ExpertGemm(_))
+    if matches!(spec.op, Op::Gemv(_) | Op::BatchGemv(_) | Op::ExpertGemv(_) | Op::Gemm(_) | Op::ExpertGemm(_))
         && (b.name == "xq" || b.name == "xd")
     {
         let floats = if b.name == "xq" { n } else { n * 16 };

@@ -192,8 +192,9 @@ fn int8_gemvs_compile_for_every_target_without_spills_also_checked() {
 }
 
 /// The matrix-unit GEMVs, asked for from one column: every `mma.sync` target takes them
-/// for Q4_0 and Q8_0 in windows of one and two tiles, without spills, checked builds too; a target without
-/// `mma.sync` (gfx1100) keeps the int8-dot GEMV.
+/// for Q4_0 and Q8_0 in windows of one and two tiles and in a batch's GEMV of four,
+/// without spills, checked builds too; a target without `mma.sync` (gfx1100) keeps the
+/// int8-dot GEMV and has no batch GEMV.
 #[test]
 fn matrix_unit_gemvs_compile_for_every_mma_sync_target() {
     let Some(tools) = toolchain() else { return };
@@ -222,10 +223,20 @@ fn matrix_unit_gemvs_compile_for_every_mma_sync_target() {
                     _ => None,
                 })
                 .collect();
+            let batch: std::collections::BTreeSet<_> = m
+                .kernels
+                .iter()
+                .filter_map(|k| match (&k.kernel.op, &k.kernel.tuning) {
+                    (Op::BatchGemv(ops::BatchGemv { quant, max, .. }), Tuning::GemvMma(_)) => Some((*quant, *max)),
+                    _ => None,
+                })
+                .collect();
             for quant in [GgmlType::Q4_0, GgmlType::Q8_0] {
                 for window in [1, 8, 9] {
                     assert_eq!(taken.contains(&(quant, window)), mma, "{} {quant:?} window {window}", target.name);
                 }
+                let widest = (quant, rules::BATCH_GEMV_COLUMNS);
+                assert_eq!(batch.contains(&widest), mma, "{} {quant:?}: a batch's GEMV", target.name);
             }
             for k in &m.kernels {
                 let spills = k.resources.spills().filter(|s| *s > 0);

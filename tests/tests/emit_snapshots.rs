@@ -186,3 +186,20 @@ fn host_kernels() {
         .collect();
     insta::assert_snapshot!("host_kernels_x86_64-v4", text);
 }
+
+/// The int8 matrix-unit GEMVs on sm_90 (Llama-8B's q and o shape): a verify window of 8
+/// columns, and a batch's GEMV of up to 32, whose columns are a runtime scalar.
+#[test]
+fn matrix_unit_gemv_kernels() {
+    let target = Target::load("sm_90").expect("known");
+    let options = Options::default();
+    let (quant, rows, cols) = (GgmlType::Q4_0, 4096, 4096);
+    let max = plan::rules::BATCH_GEMV_COLUMNS;
+    let kernels = [ops::Gemv { quant, rows, cols, window: 8 }.into(), ops::BatchGemv { quant, rows, cols, max }.into()]
+        .map(|op| plan::rules::kernel_with(op, &target, &options))
+        .to_vec();
+    let plan = Plan { target: target.name.clone(), options, kernels };
+    let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
+    let text: String = module.kernels.iter().map(|k| format!("=== {} ===\n{}\n", k.name, k.text)).collect();
+    insta::assert_snapshot!("matrix_unit_gemv_kernels_sm_90", text);
+}

@@ -7,6 +7,7 @@ use std::path::Path;
 use strata_compiler::artifacts::{Request, compile};
 use strata_compiler::emit::Dialect;
 use strata_compiler::model::ModelDesc;
+use strata_compiler::ops::Op;
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::{self, Int8Dot, MAX_WINDOW, Options};
 use strata_compiler::quant::GgmlType;
@@ -16,6 +17,8 @@ use strata_runtime::artifacts;
 use strata_runtime::backend::DeviceInfo;
 use strata_runtime::backend::cpu::Cpu;
 use strata_runtime::generate;
+use strata_runtime::kernels::Kernels;
+use strata_runtime::model::{ExpertOptions, KvBudget, Logits, Model};
 use strata_runtime::selftest;
 use strata_runtime::session::{self, BackendChoice, OpenOptions, Session};
 use strata_runtime::speculative::SpeculativeConfig;
@@ -338,30 +341,67 @@ fn wide_batches_decode_as_alone(pack: &Path, name: &str) {
             spec,
             ..OpenOptions::default()
         };
-        session::open(pack, &opts, &mut |_| {}).expect("opens on the CPU")
+        session::open(pack, &opts, &mut |_| {}).expect("opens on the CPU").model
     };
-    let start = |s: &mut Session, slot: usize| {
-        s.model.select(slot).expect("a slot");
-        s.model.reset();
-        s.model.forward(&[slot as u32 + 1, 7, 9, slot as u32 * 3], strata_runtime::model::Logits::Last).expect("reads");
-        s.model.argmax(1).expect("argmax")[0]
+    let model = open();
+    assert_eq!(model.window(), MAX_WINDOW);
+    assert!(model.batch_width() >= seqs as u32, "{name}: batch width {}", model.batch_width());
+    // The engine's passes: up to two windows' worth in window passes, more on the GEMMs
+    // (a batch of 17 to 20 below takes them because it is decoded in one call).
+    assert_eq!(model.batch_passes(16), vec![0..16], "16 or fewer: a window pass");
+    assert_eq!(model.batch_passes(seqs), vec![0..16, 16..seqs], "up to 32: window passes");
+    assert_eq!(model.batch_passes(36), vec![0..18, 18..36], "past 32: GEMM passes sized alike");
+    batches_decode_as_alone(&open, seqs, name);
+}
+
+/// A batch of more sequences than the window whose products have batch GEMVs (Q4_0
+/// and Q8_0 planned for sm_90, run by the CPU references): 17 to 32 sequences decode
+/// in one pass of them (the output projection's GEMM beside them), each as it decodes
+/// alone; more in passes of up to 32 sized alike.
+#[test]
+fn a_batch_wider_than_the_window_takes_the_batch_gemvs_as_each_sequence_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = write_pack(dir.path(), Preset::TinyLlama, &[GgmlType::Q4_0, GgmlType::Q8_0]);
+    let pack = Pack::open(&pack).expect("opens");
+    let desc = ModelDesc::from_pack(&pack).expect("a model");
+    let target = Target::load("sm_90").expect("known");
+    // Int8 products however small the matrices (the rule's default leaves tiny ones float).
+    let options = Options { verify_window: MAX_WINDOW, int8: Int8Dot::Always, ..Options::default() };
+    let plan = plan::plan(&desc, &pack, &target, &options).expect("plans");
+    let batch_gemvs = plan.kernels.iter().filter(|k| matches!(k.op, Op::BatchGemv(_))).count();
+    assert!(batch_gemvs >= 4, "the layers' products have batch GEMVs: {batch_gemvs}");
+    let seqs = 20usize;
+    let open = || {
+        let kernels = Kernels::compiled(plan.kernels.clone());
+        let (kv, experts) = (KvBudget::PerSlot, ExpertOptions::default());
+        Model::load(&pack, Box::new(Cpu::new()), kernels, 64, MAX_WINDOW, 32, seqs, kv, &experts, &mut |_, _| {})
+            .expect("loads on the CPU")
+    };
+    let model = open();
+    assert_eq!(model.batch_passes(16), vec![0..16], "16 or fewer: a window pass");
+    assert_eq!(model.batch_passes(seqs), vec![0..seqs], "up to 32: one pass of batch GEMVs");
+    assert_eq!(model.batch_passes(36), vec![0..18, 18..36], "past 32: passes of batch GEMVs sized alike");
+    batches_decode_as_alone(&open, seqs, "tiny-llama on batch GEMVs");
+}
+
+/// Decodes `seqs` sequences alone, then in batches wider than the window (17 to `seqs`
+/// a pass, sequences joining and leaving), and compares tokens and logits.
+fn batches_decode_as_alone(open: &dyn Fn() -> Model, seqs: usize, name: &str) {
+    let start = |m: &mut Model, slot: usize| {
+        m.select(slot).expect("a slot");
+        m.reset();
+        m.forward(&[slot as u32 + 1, 7, 9, slot as u32 * 3], Logits::Last).expect("reads");
+        m.argmax(1).expect("argmax")[0]
     };
     let steps = 4;
     let mut s = open();
-    assert_eq!(s.model.window(), MAX_WINDOW);
-    assert!(s.model.batch_width() >= seqs as u32, "{name}: batch width {}", s.model.batch_width());
-    // The engine's passes: up to two windows' worth in window passes, more on the GEMMs
-    // (a batch of 17 to 20 below takes them because it is decoded in one call).
-    assert_eq!(s.model.batch_passes(16), vec![0..16], "16 or fewer: a window pass");
-    assert_eq!(s.model.batch_passes(seqs), vec![0..16, 16..seqs], "up to 32: window passes");
-    assert_eq!(s.model.batch_passes(36), vec![0..18, 18..36], "past 32: GEMM passes sized alike");
-    let vocab = s.model.desc.vocab as usize;
+    let vocab = s.desc.vocab as usize;
     let mut alone = Vec::new();
     for slot in 0..seqs {
         let (mut seq, mut rows) = (vec![start(&mut s, slot)], Vec::new());
         for _ in 0..steps {
-            s.model.decode(*seq.last().expect("a token")).expect("decodes");
-            let logits = s.model.logits(1).expect("logits");
+            s.decode(*seq.last().expect("a token")).expect("decodes");
+            let logits = s.logits(1).expect("logits");
             seq.push(greedy(&logits));
             rows.push(logits);
         }
@@ -383,13 +423,13 @@ fn wide_batches_decode_as_alone(pack: &Path, name: &str) {
         }
         let batch: Vec<(usize, u32)> = members.iter().map(|&i| (i, *batched[i].last().expect("a token"))).collect();
         if step % 2 == 0 {
-            for (&i, next) in members.iter().zip(s.model.decode_batch_greedy(&batch).expect("a wide batch decodes")) {
+            for (&i, next) in members.iter().zip(s.decode_batch_greedy(&batch).expect("a wide batch decodes")) {
                 batched[i].push(next);
             }
             continue;
         }
-        s.model.decode_batch(&batch).expect("a wide batch decodes");
-        let logits = s.model.logits(batch.len() as u32).expect("logits");
+        s.decode_batch(&batch).expect("a wide batch decodes");
+        let logits = s.logits(batch.len() as u32).expect("logits");
         for (&i, row) in members.iter().zip(logits.chunks_exact(vocab)) {
             let at = batched[i].len() - 1;
             let most = alone[i].1[at].iter().zip(row).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
@@ -398,16 +438,16 @@ fn wide_batches_decode_as_alone(pack: &Path, name: &str) {
         }
     }
     for (i, seq) in batched.iter_mut().enumerate() {
-        s.model.select(i).expect("a slot");
+        s.select(i).expect("a slot");
         while seq.len() <= steps {
-            let next = s.model.decode_greedy(*seq.last().expect("a token")).expect("decodes");
+            let next = s.decode_greedy(*seq.last().expect("a token")).expect("decodes");
             seq.push(next);
         }
     }
     let alone: Vec<Vec<u32>> = alone.into_iter().map(|(seq, _)| seq).collect();
     assert_eq!(batched, alone, "{name}");
-    let over: Vec<(usize, u32)> = (0..=s.model.batch_width() as usize).map(|i| (i % seqs, 1)).collect();
-    let e = s.model.decode_batch_greedy(&over).expect_err("a batch past the width is refused").to_string();
+    let over: Vec<(usize, u32)> = (0..=s.batch_width() as usize).map(|i| (i % seqs, 1)).collect();
+    let e = s.decode_batch_greedy(&over).expect_err("a batch past the width is refused").to_string();
     assert!(e.contains("a batch takes 1 to"), "{e}");
 }
 

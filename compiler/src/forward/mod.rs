@@ -148,6 +148,13 @@ impl Forward {
         ops::Gemv { quant: w.quant, rows: w.rows, cols: w.cols, window }.into()
     }
 
+    /// A product of a batch's columns (their count a runtime scalar, at most
+    /// [`rules::BATCH_GEMV_COLUMNS`]) with `w`, on the matrix unit.
+    pub fn batch_product(&self, w: Matrix) -> Op {
+        let max = crate::plan::rules::BATCH_GEMV_COLUMNS;
+        ops::BatchGemv { quant: w.quant, rows: w.rows, cols: w.cols, max }.into()
+    }
+
     /// A product of a prompt chunk's columns (their count a runtime scalar) with `w`.
     pub fn gemm(&self, w: Matrix) -> Op {
         ops::Gemm { quant: w.quant, rows: w.rows, cols: w.cols }.into()

@@ -6,7 +6,7 @@
 //! compiled ([`Compiled`]).
 
 use super::{Forward, Matrix};
-use crate::ops::{ExpertInput, Op};
+use crate::ops::{self, ExpertInput, Op};
 use crate::quant::GgmlType;
 
 /// A buffer of the forward pass, by what it holds.
@@ -301,6 +301,9 @@ struct Walk<'f, 'k> {
     k: &'k mut dyn Compiled,
     steps: Vec<Step>,
     gemm: bool,
+    /// A batch of decode steps on the matrix units: its products take the batch's
+    /// GEMVs where they were compiled.
+    batch: bool,
 }
 
 impl Walk<'_, '_> {
@@ -308,9 +311,16 @@ impl Walk<'_, '_> {
         self.steps.push(Step::Launch { op, args: args.to_vec(), scalars: scalars.to_vec() });
     }
 
-    /// The product of `window` columns with `m`: a GEMM in a chunk on the matrix units.
-    fn product(&self, m: Matrix, window: u32) -> Op {
-        if self.gemm && window > 1 { self.f.gemm(m) } else { self.f.product(m, window) }
+    /// The product of `window` columns with `m`: in a pass on the matrix units, a
+    /// batch's GEMV where one takes them, else a GEMM.
+    fn product(&mut self, m: Matrix, window: u32) -> Op {
+        if !(self.gemm && window > 1) {
+            return self.f.product(m, window);
+        }
+        let batch = self.f.batch_product(m);
+        let fits = matches!(batch, Op::BatchGemv(ops::BatchGemv { max, .. }) if window <= max);
+        // A batch's GEMV is only ever planned on the matrix unit (int8).
+        if self.batch && fits && self.k.has(&batch) && self.k.int8(&batch) { batch } else { self.f.gemm(m) }
     }
 
     fn int8(&mut self, m: Matrix, window: u32) -> bool {
@@ -342,6 +352,11 @@ impl Walk<'_, '_> {
                 (true, Op::Gemm(_)) => self.launch(
                     op,
                     &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y), PARTIAL, FLAGS],
+                    &[("tokens", Value::Count(window))],
+                ),
+                (true, Op::BatchGemv(_)) => self.launch(
+                    op,
+                    &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y)],
                     &[("tokens", Value::Count(window))],
                 ),
                 (true, _) => self.launch(op, &[("w", *w), ("xq", xq), ("xd", xd), ("y", *y)], &[]),
@@ -615,7 +630,8 @@ fn ffn_inputs(ly: &LayerShape, t: u32) -> Vec<Matrix> {
 impl Forward {
     /// Every step of `pass`, in launch order.
     pub fn steps(&self, pass: &Pass<'_>, compiled: &mut dyn Compiled) -> Vec<Step> {
-        let mut w = Walk { f: self, k: compiled, steps: Vec::new(), gemm: pass.gemm };
+        let batch = pass.gemm && pass.seqs > 1;
+        let mut w = Walk { f: self, k: compiled, steps: Vec::new(), gemm: pass.gemm, batch };
         let t = pass.tokens;
         let (qd, kd) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
         let count = Value::Count;

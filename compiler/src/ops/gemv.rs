@@ -247,7 +247,7 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
             let block_bytes = quant.block_bytes() as u32;
             let slabs = row_bytes.div_ceil(u64::from(g.slab_bytes.max(1)));
             if window == 0
-                || window > 16
+                || window > rules::BATCH_GEMV_COLUMNS
                 || g.wave_slabs == 0
                 || u64::from(g.waves) != slabs.div_ceil(u64::from(g.wave_slabs))
                 || g.slab_bytes == 0
@@ -267,7 +267,7 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
                         g.slab_bytes, g.slab_stride, g.stages, g.waves, g.wave_slabs, g.wave_groups
                     ),
                     format!(
-                        "at most two 8-column tiles; slabs of whole {block_bytes}-byte blocks and 16-byte pieces \
+                        "at most four 8-column tiles; slabs of whole {block_bytes}-byte blocks and 16-byte pieces \
                          of the {row_bytes}-byte rows, an odd number of pieces apart, at least two in flight; \
                          the waves' slabs covering the row's {slabs}, each wave's at least one; at least one group a wave"
                     ),

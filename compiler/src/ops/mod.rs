@@ -11,6 +11,7 @@ pub mod argmax;
 pub mod attention;
 pub mod attention_merge;
 pub mod attention_prefill;
+pub mod batch_gemv;
 pub mod embed;
 pub mod expert_gemm;
 pub mod expert_gemv;
@@ -36,6 +37,7 @@ pub use argmax::Argmax;
 pub use attention::Attention;
 pub use attention_merge::AttentionMerge;
 pub use attention_prefill::AttentionPrefill;
+pub use batch_gemv::BatchGemv;
 pub use embed::Embed;
 pub use expert_gemm::ExpertGemm;
 pub use expert_gemv::{ExpertGemv, ExpertInput};
@@ -156,6 +158,8 @@ registry! {
     Gemv = "gemv",
     /// A quantized matrix times a chunk's columns on the matrix unit ([`gemm`]).
     Gemm = "gemm",
+    /// A quantized matrix times a batch's columns, their count at run time ([`batch_gemv`]).
+    BatchGemv = "batch_gemv",
     /// Rows quantized to int8 for the int8-dot products ([`quantize_q8`]).
     QuantizeQ8 = "quantize_q8",
     /// RMS norm, or qwen3's per-head q/k norms ([`rmsnorm`]).

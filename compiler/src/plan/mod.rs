@@ -656,6 +656,12 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         ops.extend(windows.iter().map(|&window| Op::Gemv(ops::Gemv { quant: t.ty, rows, cols, window })));
         if prefill {
             ops.push(Op::Gemm(ops::Gemm { quant: t.ty, rows, cols }));
+            // A batch wider than the verify window: its products on the matrix unit,
+            // where the GEMV takes it.
+            let batch = ops::BatchGemv { quant: t.ty, rows, cols, max: rules::BATCH_GEMV_COLUMNS };
+            if batch.tuning(target, options).is_some() {
+                ops.push(batch.into());
+            }
         }
     }
 
@@ -713,7 +719,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         .iter()
         .filter_map(|k| match (&k.op, &k.tuning) {
             (Op::Gemv(ops::Gemv { cols, .. }) | Op::ExpertGemv(ops::ExpertGemv { cols, .. }), Tuning::GemvQ8(_))
-            | (Op::Gemv(ops::Gemv { cols, .. }), Tuning::GemvMma(_))
+            | (Op::Gemv(ops::Gemv { cols, .. }) | Op::BatchGemv(ops::BatchGemv { cols, .. }), Tuning::GemvMma(_))
             | (Op::Gemm(ops::Gemm { cols, .. }) | Op::ExpertGemm(ops::ExpertGemm { cols, .. }), Tuning::GemmQ8(_)) => {
                 Some(*cols)
             }

@@ -97,6 +97,10 @@ pub const GEMV_MMA_BLOCKS_PER_CU: u32 = 4;
 /// model's 8 and 16 batched sequences from 1575 to 1934 and 2294 to 3121 t/s; four read
 /// the inputs less often still but leave too few waves: 2921 at 16 (docs/PERFORMANCE.md).
 pub const GEMV_MMA_GROUPS: u32 = 2;
+/// Most columns a matrix-unit GEMV takes (four 8-column tiles): the width of a batch's
+/// GEMV ([`crate::ops::BatchGemv`]), which a batch of decode steps wider than the
+/// verify window takes for its products instead of the prompt chunk's GEMM.
+pub const BATCH_GEMV_COLUMNS: u32 = 32;
 
 /// Most splits of one (token, head) in attention. A decode token deep in a long context
 /// needs many waves reading at once: with 16 splits, 8 KV heads gave 128 blocks (4 waves
@@ -587,9 +591,9 @@ pub fn gemv_q8(
 
 /// Tuning of a GEMV on the int8 matrix unit, where it applies: NVIDIA's `mma.sync`
 /// with asynchronous copies, a type of [`MMA_FRAGMENTS`], rows of whole 16-byte pieces
-/// and a window of at most 16 columns (two 8-column tiles), wherever the int8 GEMV
-/// would be taken (`options.int8`), for windows of `options.gemv_mma_from` columns or
-/// more ([`GEMV_MMA_FROM`] by default).
+/// and at most [`BATCH_GEMV_COLUMNS`] columns (a verify window's 16 or fewer, or a
+/// batch's), wherever the int8 GEMV would be taken (`options.int8`), for windows of
+/// `options.gemv_mma_from` columns or more ([`GEMV_MMA_FROM`] by default).
 ///
 /// A wave multiplies 16 rows at a time (`m16n8k32`), so each weight chunk is decoded
 /// once into the A fragment and the window's columns ride in the B fragment: a window
@@ -612,7 +616,8 @@ pub fn gemv_q8(
 ///   most [`GEMV_MMA_MAX_SPLITS`] and no more than the widest window's block fits in
 ///   shared memory: a matrix of few groups (4096 rows: 256) still keeps every compute
 ///   unit's loads in flight. The waves' sums are added in wave order. The split depends
-///   on the matrix, the target and the options only, never on the window.
+///   on the matrix, the target and the options only, never on a verify window (a
+///   batch's wider sums may ask for fewer splits).
 pub fn gemv_mma(
     quant: GgmlType,
     rows: u32,
@@ -623,7 +628,7 @@ pub fn gemv_mma(
 ) -> Option<GemvMmaTuning> {
     let row_bytes = quant.row_bytes(u64::from(cols))?;
     let usable = options.gemv_mma_from.is_some_and(|from| window >= from)
-        && window <= 16
+        && window <= BATCH_GEMV_COLUMNS
         && matrix_unit(target) == MatrixUnit::MmaSync
         && target.features.cp_async
         && MMA_FRAGMENTS.contains(&quant)
@@ -632,7 +637,7 @@ pub fn gemv_mma(
         return None;
     }
     // The int8 GEMV's choice of where int8 products pay.
-    gemv_q8(quant, rows, cols, window, target, options)?;
+    gemv_q8(quant, rows, cols, window.min(crate::plan::MAX_WINDOW), target, options)?;
     let [stages, least, per_cu] =
         options.gemv_mma_shape.unwrap_or([GEMV_MMA_STAGES, GEMV_MMA_SLAB_BYTES, GEMV_MMA_WAVES_PER_CU]);
     let block_bytes = quant.block_bytes() as u32;
@@ -661,7 +666,7 @@ pub fn gemv_mma(
     // Fewer, longer splits where the widest window's block would not fit shared memory.
     let limit = target.device.shared_limit(true);
     while wave_slabs < slabs
-        && crate::ops::gemv::mma_shared_bytes(&tuning(wave_slabs), 16, target.device.wave_size) > limit
+        && crate::ops::gemv::mma_shared_bytes(&tuning(wave_slabs), window.max(16), target.device.wave_size) > limit
     {
         wave_slabs += 1;
     }
@@ -769,7 +774,15 @@ mod tests {
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &default), None, "one column: int8 dot");
         let none = Options { gemv_mma_from: None, ..Options::default() };
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &none), None, "asked for none");
-        assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 17, &sm90, &all), None, "two tiles at most");
+        assert!(
+            gemv_mma(GgmlType::Q4_0, 4096, 14_336, BATCH_GEMV_COLUMNS, &sm90, &all).is_some(),
+            "a batch's four tiles"
+        );
+        assert_eq!(
+            gemv_mma(GgmlType::Q4_0, 4096, 14_336, BATCH_GEMV_COLUMNS + 1, &sm90, &all),
+            None,
+            "four tiles at most"
+        );
         assert_eq!(gemv_mma(GgmlType::IQ2_XS, 4096, 14_336, 8, &sm90, &all), None, "no fragment decoder");
         assert_eq!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &gfx1100, &all), None, "WMMA, not mma.sync");
         assert_eq!(gemv_mma(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &all), None, "612-byte rows");

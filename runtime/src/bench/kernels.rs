@@ -143,13 +143,24 @@ fn rotation_layout(quant: GgmlType, rows: u32, cols: u32) -> (usize, usize, usiz
     (w_bytes, stride, ROTATION_BYTES.div_ceil(stride.max(1)).max(2))
 }
 
-/// Kernels of one GEMV shape sort together, window 1 first; other kernels by name.
+/// A GEMV's shape and the columns it is timed at: its window, or a batch's GEMV at its
+/// most columns (timed beside the windows of its shape).
+fn gemv_columns(op: &Op) -> Option<(Shape, u32)> {
+    match *op {
+        Op::Gemv(ops::Gemv { quant, rows, cols, window }) => Some(((quant, rows, cols), window)),
+        Op::BatchGemv(ops::BatchGemv { quant, rows, cols, max }) => Some(((quant, rows, cols), max)),
+        _ => None,
+    }
+}
+
+/// Kernels of one GEMV shape sort together, window 1 first (a batch's GEMV last); other
+/// kernels by name.
 fn bench_order(spec: &KernelRecord) -> (String, u32) {
-    match spec.op {
-        Op::Gemv(ops::Gemv { quant, rows, cols, window }) => {
+    match gemv_columns(&spec.op) {
+        Some(((quant, rows, cols), window)) => {
             (Op::Gemv(ops::Gemv { quant, rows, cols, window: 1 }).kernel_name(), window)
         }
-        _ => (spec.name.clone(), 1),
+        None => (spec.name.clone(), 1),
     }
 }
 
@@ -180,6 +191,7 @@ impl Model {
             .specs()
             .filter(|k| match k.op {
                 Op::Gemv(ops::Gemv { window, .. }) => window == 1 || windows,
+                Op::BatchGemv(_) => windows,
                 Op::QuantizeQ8(_) => true,
                 _ => false,
             })
@@ -193,7 +205,7 @@ impl Model {
         let mut rng = ChaCha8Rng::seed_from_u64(0xbe7c);
         for spec in &specs {
             let timing = self.time_kernel(spec, reps, &mut rng, rotation.as_mut())?;
-            if let Op::Gemv(ops::Gemv { quant, rows, cols, .. }) = spec.op {
+            if let Some(((quant, rows, cols), _)) = gemv_columns(&spec.op) {
                 let base = bench_order(spec).0;
                 match sweeps.last_mut() {
                     Some(s) if s.base == base => s.timings.push(timing.clone()),
@@ -310,7 +322,7 @@ impl Model {
         let mut largest: Vec<(Shape, u32)> = Vec::new();
         let mut pool_bytes = 0;
         for spec in specs {
-            if let Op::Gemv(ops::Gemv { quant, rows, cols, window }) = spec.op {
+            if let Some(((quant, rows, cols), window)) = gemv_columns(&spec.op) {
                 let (_, stride, copies) = rotation_layout(quant, rows, cols);
                 pool_bytes = pool_bytes.max(stride * copies);
                 match largest.iter_mut().find(|(s, _)| *s == (quant, rows, cols)) {
@@ -366,8 +378,8 @@ impl Model {
         rng: &mut ChaCha8Rng,
         rotation: Option<&mut Rotation>,
     ) -> Result<KernelTiming, RunError> {
-        let (args, bytes, window): (Vec<Vec<(&str, Arg)>>, u64, u32) = match (spec.op.clone(), rotation) {
-            (Op::Gemv(ops::Gemv { quant, rows, cols, window }), Some(r)) => {
+        let (args, bytes, window): (Vec<Vec<(&str, Arg)>>, u64, u32) = match (gemv_columns(&spec.op), rotation) {
+            (Some(((quant, rows, cols), window)), Some(r)) => {
                 let pool = r.pool;
                 let f = self.fill(r, (quant, rows, cols), rng)?;
                 let b = &mut self.backend;
@@ -383,17 +395,19 @@ impl Model {
                     b.write(f.x, 0, &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
                     (vec![("x", Arg::Buf(f.x, 0))], x.len() * 4)
                 };
+                // A batch's GEMV takes its columns as a scalar.
+                let tokens = spec.scalars.iter().any(|s| s.name == "tokens").then_some(("tokens", Arg::U32(window)));
                 let args = (0..f.copies)
                     .map(|c| {
                         let mut a = vec![("w", Arg::Buf(pool, c * f.stride)), ("y", Arg::Buf(f.y, 0))];
-                        a.extend(inputs.iter().copied());
+                        a.extend(inputs.iter().copied().chain(tokens));
                         a
                     })
                     .collect();
                 // The weights once, `window` input columns and `window` output columns.
                 (args, (f.w_bytes + in_bytes + (window * rows) as usize * 4) as u64, window)
             }
-            (Op::QuantizeQ8(ops::QuantizeQ8 { cols }), _) => {
+            (None, _) if let Op::QuantizeQ8(ops::QuantizeQ8 { cols }) = spec.op => {
                 let b = &mut self.backend;
                 let x = random_floats(rng, cols as usize, 1.0);
                 // Per 32 floats: 32 quants and a (scale, sum) pair of floats.

@@ -41,7 +41,7 @@ use scratch::Scratch;
 use upload::Uploader;
 use weights::{Layer, Weight, Weights};
 
-use strata_compiler::forward::{Forward, LayerShape, Step};
+use strata_compiler::forward::{FfnShape, Forward, LayerShape, Step};
 use strata_compiler::model::ModelDesc;
 use strata_compiler::ops::ExpertInput;
 use strata_compiler::pack::Pack;
@@ -79,6 +79,9 @@ pub struct Model {
     /// Most sequences a batched decode pass holds: `window`, or where chunks take the
     /// GEMMs, up to [`MAX_BATCH`].
     batch: u32,
+    /// Most columns of the batch GEMVs the products of a pass wider than `window`
+    /// take, where a layer's products have them (else 0).
+    batch_gemv: u32,
     /// Per layer: the KV cache pool, pages of every sequence slot.
     pub(crate) caches: Vec<Cache>,
     /// Which pages each slot holds (the page table).
@@ -250,6 +253,22 @@ impl Model {
                 layers[l].shape(pools).ok_or_else(|| RunError::Other(format!("layer {l}: its experts were not loaded")))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // Batches wider than the window take the batch GEMVs where a layer's products
+        // have them (the others take the GEMM).
+        let batch_gemvs = batch > window
+            && chunk >= rules::BATCH_GEMV_COLUMNS
+            && shapes.iter().any(|ly| {
+                let dense = match ly.ffn {
+                    FfnShape::Dense { gate, up, down, .. } => vec![gate, up, down],
+                    FfnShape::Experts { .. } => vec![],
+                };
+                let mut on_matrix_unit = |m| {
+                    let op = ops.batch_product(m);
+                    kernels.has(&op) && kernels.get(&op).is_ok_and(|k| matches!(k.tuning, Tuning::GemvMma(_)))
+                };
+                [ly.q, ly.k, ly.v, ly.o].into_iter().chain(dense).any(&mut on_matrix_unit)
+            });
+        let batch_gemv = if batch_gemvs { rules::BATCH_GEMV_COLUMNS.min(batch) } else { 0 };
         Ok(Model {
             desc,
             backend,
@@ -264,6 +283,7 @@ impl Model {
             chunk,
             chunk_gemm,
             batch,
+            batch_gemv,
             caches,
             pages,
             block,
@@ -343,7 +363,7 @@ impl Model {
     /// The passes that decode one token of each of `n` sequences, as ranges of them in
     /// order ([`decode_passes`]).
     pub fn batch_passes(&self, n: usize) -> Vec<std::ops::Range<usize>> {
-        decode_passes(n, self.window, self.batch)
+        decode_passes(n, self.window, self.batch, self.batch_gemv)
     }
 
     /// The backend (for device information and synchronization).
@@ -452,17 +472,25 @@ impl Model {
     }
 }
 
-/// The passes that decode one token of each of `n` sequences, in order: window passes,
-/// whose rows are each computed as decoding it alone computes it (to rounding where the
-/// window's GEMVs take the matrix unit and the single token's do not,
-/// `Options::gemv_mma_from`), for up to [`rules::BATCH_WINDOW_PASSES`] windows' worth (and
-/// [`MAX_WINDOW`]) of sequences; more in as few GEMM passes of up to `batch` as hold them,
-/// sized alike.
-fn decode_passes(n: usize, window: u32, batch: u32) -> Vec<std::ops::Range<usize>> {
-    let (window, batch) = (window.max(1) as usize, batch.max(1) as usize);
+/// The passes that decode one token of each of `n` sequences, in order: one window
+/// pass, whose rows are each computed as decoding it alone computes it (to rounding
+/// where the window's GEMVs take the matrix unit and the single token's do not,
+/// `Options::gemv_mma_from`), for up to `window` sequences. More: where the products
+/// have batch GEMVs of `batch_gemv` columns, as few passes of up to that many as hold
+/// them, sized alike; else window passes for up to [`rules::BATCH_WINDOW_PASSES`]
+/// windows' worth (and [`MAX_WINDOW`]) of sequences, and more in as few GEMM passes of
+/// up to `batch` as hold them, sized alike.
+fn decode_passes(n: usize, window: u32, batch: u32, batch_gemv: u32) -> Vec<std::ops::Range<usize>> {
+    let (window, batch, batch_gemv) = (window.max(1) as usize, batch.max(1) as usize, batch_gemv as usize);
     let windows = (window * rules::BATCH_WINDOW_PASSES as usize).max(MAX_WINDOW as usize);
-    let width = if n > windows && batch > window { n.div_ceil(n.div_ceil(batch)) } else { window };
-    (0..n).step_by(width).map(|at| at..(at + width).min(n)).collect()
+    let alike = |most: usize| n.div_ceil(n.div_ceil(most));
+    let width = match n {
+        _ if n <= window => window,
+        _ if batch_gemv > window => alike(batch_gemv),
+        _ if n > windows && batch > window => alike(batch),
+        _ => window,
+    };
+    (0..n).step_by(width.max(1)).map(|at| at..(at + width).min(n)).collect()
 }
 
 #[cfg(test)]
@@ -471,7 +499,7 @@ mod tests {
 
     #[test]
     fn batches_take_window_passes_until_gemm_passes_pay() {
-        let widths = |n, window, batch| decode_passes(n, window, batch).iter().map(|p| p.len()).collect::<Vec<_>>();
+        let widths = |n, window, batch| decode_passes(n, window, batch, 0).iter().map(|p| p.len()).collect::<Vec<_>>();
         assert_eq!(widths(1, 16, 64), [1]);
         assert_eq!(widths(16, 16, 64), [16]);
         assert_eq!(widths(32, 16, 64), [16, 16], "two window passes");
@@ -480,6 +508,18 @@ mod tests {
         assert_eq!(widths(40, 16, 16), [16, 16, 8], "no GEMMs: windows only");
         assert_eq!(widths(16, 4, 64), [4, 4, 4, 4], "a narrow window: GEMMs past the widest");
         assert_eq!(widths(17, 4, 64), [17]);
-        assert!(decode_passes(0, 16, 64).is_empty());
+        assert!(decode_passes(0, 16, 64, 0).is_empty());
+    }
+
+    #[test]
+    fn batches_wider_than_the_window_take_batch_gemv_passes_sized_alike() {
+        let widths = |n| decode_passes(n, 16, 64, 32).iter().map(|p| p.len()).collect::<Vec<_>>();
+        assert_eq!(widths(16), [16], "a window pass");
+        assert_eq!(widths(17), [17]);
+        assert_eq!(widths(32), [32]);
+        assert_eq!(widths(33), [17, 16]);
+        assert_eq!(widths(64), [32, 32]);
+        assert_eq!(widths(65), [22, 22, 21]);
+        assert!(decode_passes(0, 16, 64, 32).is_empty());
     }
 }

@@ -117,7 +117,9 @@ pub(crate) fn print_window_report(r: &KernelReport) {
         return;
     }
     println!();
-    println!("verify windows: each GEMV shape at every compiled window T (weights read once a launch)");
+    println!(
+        "verify windows: each GEMV shape at every compiled window T (weights read once a launch; T past 16: the batch GEMV)"
+    );
     for s in &r.windows {
         let one = s.timings.iter().find(|k| k.window == 1).map(|k| k.seconds);
         println!();

@@ -1,4 +1,4 @@
-//! The GEMV reference (`Op::Gemv`), for both of its kernels: the float product reads
+//! The GEMV reference (`Op::Gemv`, and `Op::BatchGemv`'s), for both of its kernels: the float product reads
 //! `x`, the int8-dot product reads `x` quantized (`xq`, `xd`) and is referenced by the
 //! float product of the same dequantized activations (see [`OpIo::activations`]).
 
@@ -15,6 +15,17 @@ pub(super) fn run(op: &ops::Gemv, io: &mut OpIo) -> Result<(), RunError> {
     let ops::Gemv { quant, rows, cols, window } = *op;
     let x = io.activations((window * cols) as usize);
     let y = product(quant, rows, cols, io.input("w"), &x, window as usize);
+    io.output_floats("y", &y);
+    Ok(())
+}
+
+/// The batch's GEMV (`Op::BatchGemv`): the GEMV's product over its runtime count of
+/// columns.
+pub(super) fn run_batch(op: &ops::BatchGemv, io: &mut OpIo) -> Result<(), RunError> {
+    let ops::BatchGemv { quant, rows, cols, max } = *op;
+    let tokens = io.scalar("tokens").min(max) as usize;
+    let x = io.activations(tokens * cols as usize);
+    let y = product(quant, rows, cols, io.input("w"), &x, tokens);
     io.output_floats("y", &y);
     Ok(())
 }

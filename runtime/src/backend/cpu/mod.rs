@@ -95,6 +95,7 @@ impl Cpu {
         match &spec.op {
             Op::Gemv(op) => gemv::run(op, io)?,
             Op::Gemm(op) => gemm::run(op, io)?,
+            Op::BatchGemv(op) => gemv::run_batch(op, io)?,
             Op::QuantizeQ8(op) => quantize_q8::run(op, io)?,
             Op::RmsNorm(op) => rmsnorm::run(op, io)?,
             Op::AddRmsNorm(op) => add_rmsnorm::run(op, io)?,

@@ -1,0 +1,108 @@
+//! `batch_gemv`: a quantized matrix times up to `max` input columns, their count a
+//! runtime scalar, on the int8 matrix unit (`templates/ops/gemv_mma.cu.hbs`, the window
+//! GEMV's template with the window read at run time). A batch of decode steps wider than
+//! the verify window takes it for its products: one launch reads the weights once for
+//! all of its sequences, where the prompt chunk's GEMM pays for tiles sized for prompts.
+//! Planned only where the window GEMV would take the matrix unit ([`rules::gemv_mma`]).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::gemv::{check_tuning, gemv_context, mma_shared_bytes};
+use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch_dynamic, scalar};
+use crate::plan::rules;
+use crate::plan::{Dim, Elem, KernelRecord, Options, Tuning};
+use crate::quant::GgmlType;
+use crate::target::Target;
+
+/// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t < tokens ≤ max`: the columns of a batch
+/// of decode steps, one a sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchGemv {
+    /// Weight type.
+    pub quant: GgmlType,
+    /// Output features (weight rows).
+    pub rows: u32,
+    /// Input features (row length).
+    pub cols: u32,
+    /// Most columns a launch takes (its buffers' extents and the `tokens` scalar's bound).
+    pub max: u32,
+}
+
+impl BatchGemv {
+    /// The tuning of its matrix-unit kernel, where `target` and `options` give one.
+    pub fn tuning(&self, target: &Target, options: &Options) -> Option<crate::plan::GemvMmaTuning> {
+        let BatchGemv { quant, rows, cols, max } = *self;
+        rules::gemv_mma(quant, rows, cols, max, target, options)
+    }
+}
+
+impl KernelOp for BatchGemv {
+    fn kernel_name(&self) -> String {
+        let BatchGemv { quant, rows, cols, max } = self;
+        format!("batch_gemv_{}_{rows}x{cols}_n{max}", quant.name().to_ascii_lowercase())
+    }
+
+    fn record(&self, target: &Target, options: &Options) -> Parts {
+        let BatchGemv { quant, rows, cols, max } = *self;
+        let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
+        let buffers = vec![
+            buffer("w", Elem::U8, fixed_len(u64::from(rows) * row_bytes), false),
+            buffer("xq", Elem::U8, fixed_len(max * cols), false),
+            buffer("xd", Elem::F32, fixed_len(max * cols / 32 * 2), false),
+            buffer("y", Elem::F32, fixed_len(max * rows), true),
+        ];
+        let scalars = vec![scalar("tokens", max)];
+        let wave = target.device.wave_size;
+        // Where the matrix unit does not apply the plan leaves the op out; a record of
+        // no tuning fails its check rather than launching.
+        let (launch, tuning) = match self.tuning(target, options) {
+            Some(t) => {
+                let panels = rows.div_ceil(16 * t.wave_groups);
+                let blocks = panels.min(target.device.compute_units * rules::GEMV_MMA_BLOCKS_PER_CU);
+                let grid = [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)];
+                (launch_dynamic(target, grid, t.waves * wave, mma_shared_bytes(&t, max, wave)), Tuning::GemvMma(t))
+            }
+            None => (launch_dynamic(target, [Dim::Fixed(1), Dim::Fixed(1), Dim::Fixed(1)], wave, 0), Tuning::None {}),
+        };
+        Parts { launch, tuning, buffers, scalars }
+    }
+
+    fn check(&self, k: &KernelRecord, c: &mut Checker) {
+        let BatchGemv { quant, rows, cols, max } = *self;
+        if !matches!(k.tuning, Tuning::GemvMma(_)) {
+            c.tuning_missing("a batch's GEMV runs on the int8 matrix unit only");
+            return;
+        }
+        if !(1..=rules::BATCH_GEMV_COLUMNS).contains(&max) {
+            c.fail("the columns", max.to_string(), format!("a batch's GEMV takes 1 to {}", rules::BATCH_GEMV_COLUMNS));
+        }
+        check_tuning(k, c, quant, rows, cols, max);
+        let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(u64::MAX);
+        c.extents.push(("w", u64::from(rows).saturating_mul(row_bytes)));
+        c.extents.push(("y", u64::from(max * rows)));
+    }
+
+    fn weights(&self) -> Option<GgmlType> {
+        Some(self.quant)
+    }
+
+    fn tolerance(&self) -> f64 {
+        2e-4
+    }
+
+    fn context(&self, k: &KernelRecord, target: &Target) -> Value {
+        let BatchGemv { quant, rows, cols, max } = *self;
+        let runtime =
+            json!({ "experts": false, "w_base": "", "w_len": format!("{}ull", fixed(k, "w")), "columns": "tokens" });
+        super::merge(gemv_context(k, target, quant, rows, cols, max), runtime)
+    }
+
+    fn template(&self, _k: &KernelRecord) -> Option<&'static str> {
+        Some("gemv_mma")
+    }
+
+    fn uses_matrix_unit(&self, _k: &KernelRecord) -> bool {
+        true
+    }
+}
