@@ -6,7 +6,7 @@
 //! compiled ([`Compiled`]).
 
 use super::{Forward, Matrix};
-use crate::ops::{self, ExpertInput, Op};
+use crate::ops::{ExpertInput, Op};
 use crate::quant::GgmlType;
 
 /// A buffer of the forward pass, by what it holds.
@@ -318,7 +318,7 @@ impl Walk<'_, '_> {
             return self.f.product(m, window);
         }
         let batch = self.f.batch_product(m);
-        let fits = matches!(batch, Op::BatchGemv(ops::BatchGemv { max, .. }) if window <= max);
+        let fits = window <= crate::plan::rules::BATCH_GEMV_COLUMNS;
         // A batch's GEMV is only ever planned on the matrix unit (int8).
         if self.batch && fits && self.k.has(&batch) && self.k.int8(&batch) { batch } else { self.f.gemm(m) }
     }

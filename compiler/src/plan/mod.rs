@@ -26,8 +26,10 @@ pub const MAX_WINDOW: u32 = 16;
 
 /// Most sequences one batched decode pass holds. Up to the widest window its products
 /// are window GEMVs (each row as decoding it alone computes it, or on the matrix unit,
-/// [`Options::gemv_mma_from`], to rounding); wider, they are the prompt chunks' GEMMs,
-/// which read the weights once for all of them.
+/// [`Options::gemv_mma_from`], to rounding); wider, they are the batch GEMVs
+/// ([`ops::BatchGemv`], up to [`rules::BATCH_GEMV_COLUMNS`] columns a launch) where the
+/// matrix unit takes them, else the prompt chunks' GEMMs: either reads the weights once
+/// for all of them.
 pub const MAX_BATCH: u32 = 64;
 
 /// What the user asked for beyond the pack and the target.

@@ -262,10 +262,8 @@ impl Model {
                     FfnShape::Dense { gate, up, down, .. } => vec![gate, up, down],
                     FfnShape::Experts { .. } => vec![],
                 };
-                let mut on_matrix_unit = |m| {
-                    let op = ops.batch_product(m);
-                    kernels.has(&op) && kernels.get(&op).is_ok_and(|k| matches!(k.tuning, Tuning::GemvMma(_)))
-                };
+                let mut on_matrix_unit =
+                    |m| kernels.get(&ops.batch_product(m)).is_ok_and(|k| matches!(k.tuning, Tuning::GemvMma(_)));
                 [ly.q, ly.k, ly.v, ly.o].into_iter().chain(dense).any(&mut on_matrix_unit)
             });
         let batch_gemv = if batch_gemvs { rules::BATCH_GEMV_COLUMNS.min(batch) } else { 0 };
