@@ -3,10 +3,11 @@
 # bench --batch` (BATCH sequences, default 1,8,16,20,24,32,48,64) of the full Llama-8B
 # Q4_0 pack with this build and an earlier one, each with its own artifacts (the
 # self-test of every kernel first); then `bench --kernels --windows` of the two-layer
-# pack: every verify window of each shape and its batch GEMV at 32 columns; with
-# PEER=1, llama.cpp's llama-batched-bench on the same pack (scripts/device/llama-bench.sh,
-# built niced while strata runs; EXPORT_DIR=$OUT/peer hands the build back) at 1, 8, 16
-# and 32 sequences, S_TG being the figure beside strata's.
+# pack: every verify window of each shape and its batch GEMV at 32 columns (WINDOWS=0:
+# not); with PEER=1, llama.cpp's llama-batched-bench on the same pack
+# (scripts/device/llama-bench.sh, built niced while strata runs; EXPORT_DIR=$OUT/peer
+# hands the build back) at 1, 8, 16 and 32 sequences, S_TG being the figure beside
+# strata's.
 #
 # Needs .device/batch from scripts/prepare-batch-bench.sh (and .peer for PEER=1).
 set -uo pipefail
@@ -31,7 +32,7 @@ t0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - t0 )) s"; }
 synth_bench_pack "$work/bin/strata-compile" "$packs" llama8b-Q4_0 llama-8b Q4_0 - &
 full=$!
-w2=$(synth_window_pack "$work/bin/strata-compile" "$packs" llama8b-Q4_0 llama-8b Q4_0)
+[ "${WINDOWS:-1}" = 1 ] && w2=$(synth_window_pack "$work/bin/strata-compile" "$packs" llama8b-Q4_0 llama-8b Q4_0)
 wait $full
 echo "packs made in $(elapsed)"
 for v in new old; do
@@ -42,9 +43,11 @@ for v in new old; do
     grep -i -E 'self-test|error' "$work/batch-$v.txt" | head -5
     grep -v '^\s*$' "$work/batch-$v.txt" | tail -12
 done
-echo "== window and batch GEMVs, two layers (new build, $(elapsed))"
-timeout 75 "$work/bin/strata-run" bench --pack "$w2" --artifacts "$work/arts/w2/llama8b-Q4_0-w2" \
-    --kernels --windows -p 16 -n 16 -r 1 --ctx 256 2>&1 | grep -E 'T=|^  gemv_q4_0_|^copy' | tail -60
+if [ "${WINDOWS:-1}" = 1 ]; then
+    echo "== window and batch GEMVs, two layers (new build, $(elapsed))"
+    timeout 75 "$work/bin/strata-run" bench --pack "$w2" --artifacts "$work/arts/w2/llama8b-Q4_0-w2" \
+        --kernels --windows -p 16 -n 16 -r 1 --ctx 256 2>&1 | grep -E 'T=|^  gemv_q4_0_|^copy' | tail -60
+fi
 if [ "${PEER:-0}" = 1 ]; then
     echo "== waiting for the peer build ($(elapsed))"
     wait $peer
