@@ -191,7 +191,8 @@ impl Model {
             .specs()
             .filter(|k| match k.op {
                 Op::Gemv(ops::Gemv { window, .. }) => window == 1 || windows,
-                Op::BatchGemv(_) => windows,
+                // Where kernels are planned on demand (CPU) a batch's GEMV has no kernel.
+                Op::BatchGemv(_) => windows && matches!(k.tuning, Tuning::GemvMma(_)),
                 Op::QuantizeQ8(_) => true,
                 _ => false,
             })
@@ -378,47 +379,53 @@ impl Model {
         rng: &mut ChaCha8Rng,
         rotation: Option<&mut Rotation>,
     ) -> Result<KernelTiming, RunError> {
-        let (args, bytes, window): (Vec<Vec<(&str, Arg)>>, u64, u32) = match (gemv_columns(&spec.op), rotation) {
-            (Some(((quant, rows, cols), window)), Some(r)) => {
-                let pool = r.pool;
-                let f = self.fill(r, (quant, rows, cols), rng)?;
-                let b = &mut self.backend;
-                // Window T reads T input columns: T rows of `cols` floats, or their int8
-                // quants (quantized per 32-element chunk, so T rows quantize as one).
-                let x = random_floats(rng, (window * cols) as usize, 1.0);
-                let (inputs, in_bytes) = if matches!(spec.tuning, Tuning::GemvMma(_) | Tuning::GemvQ8(_)) {
-                    let (xq, xd) = quantize_q8(&x);
-                    b.write(f.xq, 0, &xq)?;
-                    b.write(f.xd, 0, &xd.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
-                    (vec![("xq", Arg::Buf(f.xq, 0)), ("xd", Arg::Buf(f.xd, 0))], xq.len() + xd.len() * 4)
-                } else {
-                    b.write(f.x, 0, &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
-                    (vec![("x", Arg::Buf(f.x, 0))], x.len() * 4)
-                };
-                // A batch's GEMV takes its columns as a scalar.
-                let tokens = spec.scalars.iter().any(|s| s.name == "tokens").then_some(("tokens", Arg::U32(window)));
-                let args = (0..f.copies)
-                    .map(|c| {
-                        let mut a = vec![("w", Arg::Buf(pool, c * f.stride)), ("y", Arg::Buf(f.y, 0))];
-                        a.extend(inputs.iter().copied().chain(tokens));
-                        a
-                    })
-                    .collect();
-                // The weights once, `window` input columns and `window` output columns.
-                (args, (f.w_bytes + in_bytes + (window * rows) as usize * 4) as u64, window)
-            }
-            (None, _) if let Op::QuantizeQ8(ops::QuantizeQ8 { cols }) = spec.op => {
-                let b = &mut self.backend;
-                let x = random_floats(rng, cols as usize, 1.0);
-                // Per 32 floats: 32 quants and a (scale, sum) pair of floats.
-                let (xb, q, d) = (b.alloc(x.len() * 4)?, b.alloc(x.len())?, b.alloc(x.len() / 4)?);
-                b.write(xb, 0, &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
-                let a =
-                    vec![("x", Arg::Buf(xb, 0)), ("xq", Arg::Buf(q, 0)), ("xd", Arg::Buf(d, 0)), ("rows", Arg::U32(1))];
-                (vec![a], (x.len() * 4 + x.len() + x.len() / 4) as u64, 1)
-            }
-            _ => return Err(RunError::Other(format!("kernel {}: no benchmark for this op", spec.name))),
-        };
+        let (args, bytes, window): (Vec<Vec<(&str, Arg)>>, u64, u32) =
+            match (gemv_columns(&spec.op), &spec.op, rotation) {
+                (Some(((quant, rows, cols), window)), _, Some(r)) => {
+                    let pool = r.pool;
+                    let f = self.fill(r, (quant, rows, cols), rng)?;
+                    let b = &mut self.backend;
+                    // Window T reads T input columns: T rows of `cols` floats, or their int8
+                    // quants (quantized per 32-element chunk, so T rows quantize as one).
+                    let x = random_floats(rng, (window * cols) as usize, 1.0);
+                    let (inputs, in_bytes) = if matches!(spec.tuning, Tuning::GemvMma(_) | Tuning::GemvQ8(_)) {
+                        let (xq, xd) = quantize_q8(&x);
+                        b.write(f.xq, 0, &xq)?;
+                        b.write(f.xd, 0, &xd.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
+                        (vec![("xq", Arg::Buf(f.xq, 0)), ("xd", Arg::Buf(f.xd, 0))], xq.len() + xd.len() * 4)
+                    } else {
+                        b.write(f.x, 0, &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
+                        (vec![("x", Arg::Buf(f.x, 0))], x.len() * 4)
+                    };
+                    // A batch's GEMV takes its columns as a scalar.
+                    let tokens =
+                        spec.scalars.iter().any(|s| s.name == "tokens").then_some(("tokens", Arg::U32(window)));
+                    let args = (0..f.copies)
+                        .map(|c| {
+                            let mut a = vec![("w", Arg::Buf(pool, c * f.stride)), ("y", Arg::Buf(f.y, 0))];
+                            a.extend(inputs.iter().copied().chain(tokens));
+                            a
+                        })
+                        .collect();
+                    // The weights once, `window` input columns and `window` output columns.
+                    (args, (f.w_bytes + in_bytes + (window * rows) as usize * 4) as u64, window)
+                }
+                (None, &Op::QuantizeQ8(ops::QuantizeQ8 { cols }), _) => {
+                    let b = &mut self.backend;
+                    let x = random_floats(rng, cols as usize, 1.0);
+                    // Per 32 floats: 32 quants and a (scale, sum) pair of floats.
+                    let (xb, q, d) = (b.alloc(x.len() * 4)?, b.alloc(x.len())?, b.alloc(x.len() / 4)?);
+                    b.write(xb, 0, &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())?;
+                    let a = vec![
+                        ("x", Arg::Buf(xb, 0)),
+                        ("xq", Arg::Buf(q, 0)),
+                        ("xd", Arg::Buf(d, 0)),
+                        ("rows", Arg::U32(1)),
+                    ];
+                    (vec![a], (x.len() * 4 + x.len() + x.len() / 4) as u64, 1)
+                }
+                _ => return Err(RunError::Other(format!("kernel {}: no benchmark for this op", spec.name))),
+            };
         let seconds = self.time_launches(spec, &args, reps)?;
         Ok(KernelTiming { name: spec.name.clone(), window, bytes, seconds })
     }
