@@ -215,28 +215,29 @@ fn matrix_unit_gemvs_compile_for_every_mma_sync_target() {
                 ..Options::default()
             };
             let m = compile(&pack, &target, options, &out, &tools).unwrap_or_else(|e| panic!("{}: {e}", target.name));
+            // (batch's GEMV, type, columns) of every kernel on the matrix unit.
             let taken: std::collections::BTreeSet<_> = m
                 .kernels
                 .iter()
                 .filter_map(|k| match (&k.kernel.op, &k.kernel.tuning) {
-                    (Op::Gemv(ops::Gemv { quant, window, .. }), Tuning::GemvMma(_)) => Some((*quant, *window)),
-                    _ => None,
-                })
-                .collect();
-            let batch: std::collections::BTreeSet<_> = m
-                .kernels
-                .iter()
-                .filter_map(|k| match (&k.kernel.op, &k.kernel.tuning) {
-                    (Op::BatchGemv(ops::BatchGemv { quant, max, .. }), Tuning::GemvMma(_)) => Some((*quant, *max)),
+                    (Op::Gemv(ops::Gemv { quant, window, .. }), Tuning::GemvMma(_)) => Some((false, *quant, *window)),
+                    (Op::BatchGemv(ops::BatchGemv { quant, max, .. }), Tuning::GemvMma(_)) => {
+                        Some((true, *quant, *max))
+                    }
                     _ => None,
                 })
                 .collect();
             for quant in [GgmlType::Q4_0, GgmlType::Q8_0] {
                 for window in [1, 8, 9] {
-                    assert_eq!(taken.contains(&(quant, window)), mma, "{} {quant:?} window {window}", target.name);
+                    assert_eq!(
+                        taken.contains(&(false, quant, window)),
+                        mma,
+                        "{} {quant:?} window {window}",
+                        target.name
+                    );
                 }
-                let widest = (quant, rules::BATCH_GEMV_COLUMNS);
-                assert_eq!(batch.contains(&widest), mma, "{} {quant:?}: a batch's GEMV", target.name);
+                let widest = (true, quant, rules::BATCH_GEMV_COLUMNS);
+                assert_eq!(taken.contains(&widest), mma, "{} {quant:?}: a batch's GEMV", target.name);
             }
             for k in &m.kernels {
                 let spills = k.resources.spills().filter(|s| *s > 0);

@@ -8,10 +8,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::gemv::{check_tuning, gemv_context, mma_shared_bytes};
-use super::{Checker, KernelOp, Parts, buffer, fixed, fixed_len, launch_dynamic, scalar};
+use super::gemv::check_tuning;
+use super::{Checker, Gemv, KernelOp, Parts, scalar};
 use crate::plan::rules;
-use crate::plan::{Dim, Elem, KernelRecord, Options, Tuning};
+use crate::plan::{KernelRecord, Options, Tuning};
 use crate::quant::GgmlType;
 use crate::target::Target;
 
@@ -30,6 +30,13 @@ pub struct BatchGemv {
 }
 
 impl BatchGemv {
+    /// The window GEMV of its most columns, whose kernel it is with the count read at
+    /// run time.
+    fn gemv(&self) -> Gemv {
+        let BatchGemv { quant, rows, cols, max } = *self;
+        Gemv { quant, rows, cols, window: max }
+    }
+
     /// The tuning of its matrix-unit kernel, where `target` and `options` give one.
     pub fn tuning(&self, target: &Target, options: &Options) -> Option<crate::plan::GemvMmaTuning> {
         let BatchGemv { quant, rows, cols, max } = *self;
@@ -44,28 +51,15 @@ impl KernelOp for BatchGemv {
     }
 
     fn record(&self, target: &Target, options: &Options) -> Parts {
-        let BatchGemv { quant, rows, cols, max } = *self;
-        let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
-        let buffers = vec![
-            buffer("w", Elem::U8, fixed_len(u64::from(rows) * row_bytes), false),
-            buffer("xq", Elem::U8, fixed_len(max * cols), false),
-            buffer("xd", Elem::F32, fixed_len(max * cols / 32 * 2), false),
-            buffer("y", Elem::F32, fixed_len(max * rows), true),
-        ];
-        let scalars = vec![scalar("tokens", max)];
-        let wave = target.device.wave_size;
+        // The window GEMV's record at its most columns, with the count as a scalar.
         // Where the matrix unit does not apply the plan leaves the op out; a record of
-        // no tuning fails its check rather than launching.
-        let (launch, tuning) = match self.tuning(target, options) {
-            Some(t) => {
-                let panels = rows.div_ceil(16 * t.wave_groups);
-                let blocks = panels.min(target.device.compute_units * rules::GEMV_MMA_BLOCKS_PER_CU);
-                let grid = [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)];
-                (launch_dynamic(target, grid, t.waves * wave, mma_shared_bytes(&t, max, wave)), Tuning::GemvMma(t))
-            }
-            None => (launch_dynamic(target, [Dim::Fixed(1), Dim::Fixed(1), Dim::Fixed(1)], wave, 0), Tuning::None {}),
-        };
-        Parts { launch, tuning, buffers, scalars }
+        // another GEMV path fails its check rather than launching.
+        let mut parts = self.gemv().record(target, options);
+        if !matches!(parts.tuning, Tuning::GemvMma(_)) {
+            parts.tuning = Tuning::None {};
+        }
+        parts.scalars.push(scalar("tokens", self.max));
+        parts
     }
 
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
@@ -88,14 +82,11 @@ impl KernelOp for BatchGemv {
     }
 
     fn tolerance(&self) -> f64 {
-        2e-4
+        self.gemv().tolerance()
     }
 
     fn context(&self, k: &KernelRecord, target: &Target) -> Value {
-        let BatchGemv { quant, rows, cols, max } = *self;
-        let runtime =
-            json!({ "experts": false, "w_base": "", "w_len": format!("{}ull", fixed(k, "w")), "columns": "tokens" });
-        super::merge(gemv_context(k, target, quant, rows, cols, max), runtime)
+        super::merge(self.gemv().context(k, target), json!({ "columns": "tokens" }))
     }
 
     fn template(&self, _k: &KernelRecord) -> Option<&'static str> {
