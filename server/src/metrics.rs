@@ -11,7 +11,12 @@ use strata_runtime::speculative::SpecStats;
 const TTFT_BUCKETS: [f64; 14] = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0];
 
 /// Upper bounds (seconds) of the inter-token latency buckets.
-const ITL_BUCKETS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5];
+/// Fine enough between 10 and 250 ms to tell whether a decode step stays within twice the
+/// median while a long prompt is read (issue 22).
+const ITL_BUCKETS: [f64; 21] = [
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25,
+    0.5, 1.0, 2.5,
+];
 
 /// A Prometheus histogram with fixed buckets.
 struct Histogram {
