@@ -1,5 +1,6 @@
 //! Counters for `/metrics`, in Prometheus' text format.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -83,14 +84,22 @@ pub struct Metrics {
     kv: Mutex<[u32; 4]>,
     /// The expert cache's counters (mixture-of-experts packs).
     experts: Mutex<ExpertStats>,
-    /// Completion tokens in the last few seconds, for a current decode rate.
-    recent: Mutex<Vec<Instant>>,
+    /// Completion tokens in the last few seconds, oldest first, for a current decode rate
+    /// (expired ones leave from the front: a token's cost does not grow with the rate).
+    recent: Mutex<VecDeque<Instant>>,
     /// Time to first token and between tokens.
     latencies: Mutex<Latencies>,
 }
 
 /// The window the decode rate is measured over.
 const RATE_WINDOW: Duration = Duration::from_secs(5);
+
+/// Drops the tokens older than the rate window from the front of `recent`.
+fn expire(recent: &mut VecDeque<Instant>, now: Instant) {
+    while recent.front().is_some_and(|t| now.saturating_duration_since(*t) >= RATE_WINDOW) {
+        recent.pop_front();
+    }
+}
 
 impl Metrics {
     /// A request was accepted.
@@ -109,8 +118,8 @@ impl Metrics {
         self.completion_tokens.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut recent) = self.recent.lock() {
             let now = Instant::now();
-            recent.retain(|t| now.duration_since(*t) < RATE_WINDOW);
-            recent.push(now);
+            expire(&mut recent, now);
+            recent.push_back(now);
         }
     }
 
@@ -167,7 +176,7 @@ impl Metrics {
     pub fn render(&self) -> String {
         let rate = self.recent.lock().map_or(0.0, |mut recent| {
             let now = Instant::now();
-            recent.retain(|t| now.duration_since(*t) < RATE_WINDOW);
+            expire(&mut recent, now);
             recent.len() as f64 / RATE_WINDOW.as_secs_f64()
         });
         let mut out = String::new();
@@ -285,6 +294,20 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rate_window_drops_expired_tokens_from_the_front_only() {
+        let now = Instant::now();
+        let mut recent: VecDeque<Instant> =
+            [7, 5, 4, 1].iter().filter_map(|&s| now.checked_sub(Duration::from_secs(s))).collect();
+        if recent.len() < 4 {
+            return; // the clock started less than 7 s ago
+        }
+        expire(&mut recent, now);
+        assert_eq!(recent.len(), 2);
+        expire(&mut recent, now);
+        assert_eq!(recent.len(), 2);
+    }
 
     #[test]
     fn histograms_are_cumulative_with_sum_and_count() {
