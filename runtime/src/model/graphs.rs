@@ -1,21 +1,19 @@
 //! Captured steps: the decode step (greedy, or leaving its logits), the verify windows
-//! and the batched decode steps of several sequences, each captured once per (slots,
-//! window, argmax or logits, sparse) as a graph (a CUDA graph on CUDA) and replayed
-//! after, so that a step costs one launch from the host.
+//! and the batched decode steps of several sequences, each captured once per (number of
+//! sequences, window, argmax or logits, sparse) as a graph (a CUDA graph on CUDA) and
+//! replayed after, so that a step costs one launch from the host.
 //!
-//! A step bakes in its sequences' caches, its window size and whether it attends
-//! sparsely; only the token ids and the positions travel to the device before a replay.
+//! A step bakes in how many sequences it holds, its window size and whether it attends
+//! sparsely. Which slots those are travels with their token ids and positions (the
+//! `pos` buffer) before each replay, and their pages are in the page table: a batch of
+//! any 8 slots replays the one graph of 8, however the server's set of running requests
+//! changes.
 //! Where a mixture of experts is cached, the host picks experts between layers, so those
 //! passes run uncaptured.
 
 use super::experts::Experts;
 use super::{Logits, Model};
 use crate::backend::RunError;
-
-/// Most batched passes captured, one graph per set of slots: beyond, a batch of a new set
-/// runs uncaptured (the backend keeps every graph it captured; sets of 32 slots could
-/// otherwise grow without bound).
-const MAX_BATCH_GRAPHS: usize = 64;
 
 impl Model {
     /// Decodes one token and returns the greedy next token, reading back only its id.
@@ -184,12 +182,9 @@ impl Model {
     fn replay_step(&mut self, t: u32, slots: &[usize], argmax: bool) -> Result<(), RunError> {
         let sparse = slots.len() == 1 && self.sparse_at(slots[0], t);
         let ids = if t == 1 && argmax { self.s.next } else { self.s.ids };
-        let key = (slots.to_vec(), t, argmax, sparse);
-        let batches = || self.graphs.keys().filter(|(slots, ..)| slots.len() > 1).count();
-        let uncaptured = slots.len() > 1 && !self.graphs.contains_key(&key) && batches() >= MAX_BATCH_GRAPHS;
-        if uncaptured || self.experts.as_ref().is_some_and(Experts::cached) {
-            // The host picks experts between layers (or the batch's set of slots is one
-            // too many): nothing to capture.
+        let key = (u32::try_from(slots.len()).unwrap_or(u32::MAX), t, argmax, sparse);
+        if self.experts.as_ref().is_some_and(Experts::cached) {
+            // The host picks experts between layers: nothing to capture.
             self.enqueue(ids, t, slots, Logits::All, sparse)?;
             if argmax {
                 self.enqueue_argmax(t)?;

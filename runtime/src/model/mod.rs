@@ -100,9 +100,10 @@ pub struct Model {
     pub(crate) slot: usize,
     /// Per slot: tokens in its KV cache.
     pos: Vec<u32>,
-    /// Captured steps by (slots, tokens, with argmax, sparse): a step bakes in its
-    /// sequences' caches, its window size and whether it attends sparsely.
-    graphs: HashMap<(Vec<usize>, u32, bool, bool), GraphId>,
+    /// Captured steps by (sequences, tokens, with argmax, sparse): a step bakes in how
+    /// many sequences it holds, its window size and whether it attends sparsely; which
+    /// slots, their positions and pages it reads from the device at each replay.
+    graphs: HashMap<(u32, u32, bool, bool), GraphId>,
     /// The (slot, token) in `next[0]` on the device, as last read back.
     on_device: Option<(usize, u32)>,
     /// Mixture-of-experts packs: the experts' pools and cache.
