@@ -474,18 +474,20 @@ impl Model {
 /// The passes that decode one token of each of `n` sequences, in order: one window
 /// pass, whose rows are each computed as decoding it alone computes it (to rounding
 /// where the window's GEMVs take the matrix unit and the single token's do not,
-/// `Options::gemv_mma_from`), for up to `window` sequences. More: where the products
-/// have batch GEMVs of `batch_gemv` columns, as few passes of up to that many as hold
-/// them, sized alike; else window passes for up to [`rules::BATCH_WINDOW_PASSES`]
-/// windows' worth (and [`MAX_WINDOW`]) of sequences, and more in as few GEMM passes of
-/// up to `batch` as hold them, sized alike.
+/// `Options::gemv_mma_from`), for up to `window` sequences. More: one pass of batch
+/// GEMVs where the products have them and they hold all `n` (`batch_gemv` columns);
+/// else window passes for up to [`rules::BATCH_WINDOW_PASSES`] windows' worth (and
+/// [`MAX_WINDOW`]) of sequences, and more in as few GEMM passes of up to `batch` as hold
+/// them, sized alike. (Two passes of batch GEMVs cost twice one: their time grows with
+/// the columns past 16, where one GEMM pass of up to 64 costs about the same at any
+/// width; measured on the H100, docs/PERFORMANCE.md.)
 fn decode_passes(n: usize, window: u32, batch: u32, batch_gemv: u32) -> Vec<std::ops::Range<usize>> {
     let (window, batch, batch_gemv) = (window.max(1) as usize, batch.max(1) as usize, batch_gemv as usize);
     let windows = (window * rules::BATCH_WINDOW_PASSES as usize).max(MAX_WINDOW as usize);
     let alike = |most: usize| n.div_ceil(n.div_ceil(most));
     let width = match n {
         _ if n <= window => window,
-        _ if batch_gemv > window => alike(batch_gemv),
+        _ if n <= batch_gemv => n,
         _ if n > windows && batch > window => alike(batch),
         _ => window,
     };
@@ -511,14 +513,14 @@ mod tests {
     }
 
     #[test]
-    fn batches_wider_than_the_window_take_batch_gemv_passes_sized_alike() {
+    fn batches_wider_than_the_window_take_one_batch_gemv_pass_where_it_holds_them() {
         let widths = |n| decode_passes(n, 16, 64, 32).iter().map(|p| p.len()).collect::<Vec<_>>();
         assert_eq!(widths(16), [16], "a window pass");
         assert_eq!(widths(17), [17]);
         assert_eq!(widths(32), [32]);
-        assert_eq!(widths(33), [17, 16]);
-        assert_eq!(widths(64), [32, 32]);
-        assert_eq!(widths(65), [22, 22, 21]);
+        assert_eq!(widths(33), [33], "one GEMM pass");
+        assert_eq!(widths(64), [64]);
+        assert_eq!(widths(65), [33, 32]);
         assert!(decode_passes(0, 16, 64, 32).is_empty());
     }
 }
