@@ -357,7 +357,8 @@ fn wide_batches_decode_as_alone(pack: &Path, name: &str) {
 /// A batch of more sequences than the window whose products have batch GEMVs (Q4_0
 /// and Q8_0 planned for sm_90, run by the CPU references): 17 to 32 sequences decode
 /// in one pass of them (the output projection's GEMM beside them), each as it decodes
-/// alone; more in passes of up to 32 sized alike.
+/// alone; more in wide passes sized alike, which take them too where they hold 32 or
+/// fewer (a batch width of 32 here).
 #[test]
 fn a_batch_wider_than_the_window_takes_the_batch_gemvs_as_each_sequence_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -380,7 +381,11 @@ fn a_batch_wider_than_the_window_takes_the_batch_gemvs_as_each_sequence_alone() 
     let model = open();
     assert_eq!(model.batch_passes(16), vec![0..16], "16 or fewer: a window pass");
     assert_eq!(model.batch_passes(seqs), vec![0..seqs], "up to 32: one pass of batch GEMVs");
-    assert_eq!(model.batch_passes(36), vec![0..18, 18..36], "past 32: passes of batch GEMVs sized alike");
+    assert_eq!(
+        model.batch_passes(36),
+        vec![0..18, 18..36],
+        "past 32: wide passes of up to the batch width, sized alike"
+    );
     batches_decode_as_alone(&open, seqs, "tiny-llama on batch GEMVs");
 }
 

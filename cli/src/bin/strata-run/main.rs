@@ -189,7 +189,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
         /// Requests decoded at once, each with its KV pages from the one pool (--kv-budget);
-        /// up to 16 a pass on the window GEMVs, more in passes of up to 64 on the GEMMs.
+        /// up to 16 a pass on the window GEMVs, up to 32 on the batch GEMVs where compiled,
+        /// more in passes of up to 64 on the GEMMs.
         #[arg(long, default_value_t = 4)]
         parallel: usize,
         /// Largest request body in bytes (larger: 413).
