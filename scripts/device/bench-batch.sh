@@ -2,14 +2,17 @@
 # Batches of decode steps (issue 22), on the device machine, in one run: `strata-run
 # bench --batch` (BATCH sequences, default 1,8,16,20,24,32,48,64) of the full Llama-8B
 # Q4_0 pack with this build and an earlier one, each with its own artifacts (the
-# self-test of every kernel first); then `bench --kernels --windows` of the two-layer
+# self-test of every kernel first; OLD=0: this build alone, .device/batch/binprev not
+# needed); then `bench --kernels --windows` of the two-layer
 # pack: every verify window of each shape and its batch GEMV at 32 columns (WINDOWS=0:
 # not); with PEER=1, llama.cpp's llama-batched-bench on the same pack
 # (scripts/device/llama-bench.sh, built niced while strata runs; EXPORT_DIR=$OUT/peer
 # hands the build back) at 1, 8, 16 and 32 sequences, S_TG being the figure beside
 # strata's.
 #
-# Needs .device/batch from scripts/prepare-batch-bench.sh (and .peer for PEER=1).
+# Needs .device/batch from scripts/prepare-batch-bench.sh; for PEER=1, .peer: the
+# llama-batched-bench.xz.part-* an earlier call handed back (carried by path: with
+# llama.cpp.tar.gz and .device/batch they pass the 64 MiB a call carries), else the source.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/device/bench-packs.sh
@@ -19,6 +22,7 @@ exec > >(tee "$out/bench-batch.txt") 2>&1
 work=/tmp/strata-batch && packs=/tmp/strata-packs
 mkdir -p "$work/arts" "$packs" && tar -xJf .device/batch/arts.tar.xz -C "$work/arts"
 for v in bin binprev; do
+    [ -d ".device/batch/$v" ] || continue
     mkdir -p "$work/$v"
     for b in strata-run strata-compile; do xz -dc ".device/batch/$v/$b.xz" >"$work/$v/$b" && chmod +x "$work/$v/$b"; done
 done
@@ -36,6 +40,7 @@ full=$!
 wait $full
 echo "packs made in $(elapsed)"
 for v in new old; do
+    [ $v = old ] && [ "${OLD:-1}" = 0 ] && continue
     bin=$work/bin && [ $v = old ] && bin=$work/binprev
     echo "== bench --batch ($v build, $(elapsed))"
     timeout 120 "$bin/strata-run" bench --pack "$packs/llama8b-Q4_0.gguf" --artifacts "$work/arts/$v/llama8b-Q4_0" \
