@@ -203,3 +203,28 @@ fn matrix_unit_gemv_kernels() {
     let text: String = module.kernels.iter().map(|k| format!("=== {} ===\n{}\n", k.name, k.text)).collect();
     insta::assert_snapshot!("matrix_unit_gemv_kernels_sm_90", text);
 }
+
+/// The same verify window's GEMV with its inputs staged in shared memory with each slab
+/// (`--gemv-mma-staged true`).
+#[test]
+fn matrix_unit_gemv_staged_inputs() {
+    let target = Target::load("sm_90").expect("known");
+    let options = Options { gemv_mma_staged: Some(true), ..Options::default() };
+    let op = ops::Gemv { quant: GgmlType::Q4_0, rows: 4096, cols: 4096, window: 8 }.into();
+    let kernels = vec![plan::rules::kernel_with(op, &target, &options)];
+    let plan = Plan { target: target.name.clone(), options, kernels };
+    let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
+    let text: String = module
+        .kernels
+        .iter()
+        .map(|k| {
+            format!(
+                "=== {} ===
+{}
+",
+                k.name, k.text
+            )
+        })
+        .collect();
+    insta::assert_snapshot!("matrix_unit_gemv_staged_inputs_sm_90", text);
+}

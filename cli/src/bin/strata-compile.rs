@@ -106,6 +106,10 @@ struct CompileArgs {
     /// rule's (tuning sweeps).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
     gemv_mma_groups: Option<u32>,
+    /// Whether the matrix-unit GEMVs copy each slab's inputs into shared memory with its
+    /// weights, instead of the rule's choice (tuning sweeps).
+    #[arg(long, value_name = "BOOL")]
+    gemv_mma_staged: Option<bool>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention; a mixture of experts' 16-token window): prompts are then read in
     /// verify-window passes.
@@ -348,6 +352,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         gemv_mma_from: args.gemv_mma.map_or(Some(rules::GEMV_MMA_FROM), |MmaFrom(from)| from),
         gemv_mma_shape: args.gemv_mma_shape,
         gemv_mma_groups: args.gemv_mma_groups,
+        gemv_mma_staged: args.gemv_mma_staged,
         prefill: !args.no_prefill,
     };
     let request = Request {

@@ -58,7 +58,7 @@ impl KernelOp for Gemv {
             let blocks = panels.min(target.device.compute_units * rules::GEMV_MMA_BLOCKS_PER_CU);
             let grid = [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)];
             return Parts {
-                launch: launch_dynamic(target, grid, t.waves * wave, mma_shared_bytes(&t, window, wave)),
+                launch: launch_dynamic(target, grid, t.waves * wave, mma_shared_bytes(&t, quant, window, wave)),
                 tuning: Tuning::GemvMma(t),
                 buffers: quantized(w, y),
                 scalars: vec![],
@@ -134,9 +134,38 @@ pub(crate) fn template(k: &KernelRecord) -> &'static str {
 /// Shared bytes of a matrix-unit GEMV of `window` columns: each wave's stages of a
 /// panel's row slabs, then, where several waves split the rows, their sums (a group's
 /// tile's 4 a lane).
-pub(crate) fn mma_shared_bytes(t: &GemvMmaTuning, window: u32, wave: u32) -> u32 {
+pub(crate) fn mma_shared_bytes(t: &GemvMmaTuning, quant: GgmlType, window: u32, wave: u32) -> u32 {
     let sums = if t.waves > 1 { t.waves * t.wave_groups * window.div_ceil(8) * 4 * wave * 4 } else { 0 };
-    t.waves * t.stages * 16 * t.wave_groups * t.slab_stride + sums
+    t.waves * t.stages * mma_stage_bytes(t, quant, window) + sums
+}
+
+/// Bytes of one stage of a matrix-unit GEMV's wave: the panel's row slabs, then, where
+/// the inputs are staged, each column's quants of the slab's chunks and then each
+/// column's (scale, sum) pairs ([`MmaInputs`]).
+fn mma_stage_bytes(t: &GemvMmaTuning, quant: GgmlType, window: u32) -> u32 {
+    let inputs = if t.staged_inputs { MmaInputs::of(t, quant).bytes(window) } else { 0 };
+    16 * t.wave_groups * t.slab_stride + inputs
+}
+
+/// Where a stage keeps a slab's inputs. A column's quants are `quant_stride` bytes apart,
+/// 16 past a multiple of 128, so that the 8 columns a B fragment reads at once fall in
+/// different banks; its scale pairs `scale_stride` apart, for the 4 columns a lane
+/// group's scales come from.
+struct MmaInputs {
+    slab_chunks: u32,
+    quant_stride: u32,
+    scale_stride: u32,
+}
+
+impl MmaInputs {
+    fn of(t: &GemvMmaTuning, quant: GgmlType) -> MmaInputs {
+        let slab_chunks = t.slab_bytes / quant.block_bytes() as u32 * (quant.block_len() as u32 / 32);
+        MmaInputs { slab_chunks, quant_stride: 32 * slab_chunks + 16, scale_stride: 8 * slab_chunks + 16 }
+    }
+
+    fn bytes(&self, window: u32) -> u32 {
+        window * (self.quant_stride + self.scale_stride)
+    }
 }
 
 /// Shared bytes of a float-path GEMV: the window's staged input tile (padded chunks),
@@ -257,6 +286,7 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
                 || g.slab_stride % 32 != 16
                 || g.stages < 2
                 || g.wave_groups == 0
+                || g.staged_inputs && !((g.slab_bytes / block_bytes).is_multiple_of(2) && cols.is_multiple_of(64))
                 || !row_bytes.is_multiple_of(16)
             {
                 c.fail(
@@ -269,11 +299,12 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
                     format!(
                         "at most four 8-column tiles; slabs of whole {block_bytes}-byte blocks and 16-byte pieces \
                          of the {row_bytes}-byte rows, an odd number of pieces apart, at least two in flight; \
-                         the waves' slabs covering the row's {slabs}, each wave's at least one; at least one group a wave"
+                         the waves' slabs covering the row's {slabs}, each wave's at least one; at least one group a wave; \
+                         staged inputs in whole 16-byte pieces of two chunks' scales"
                     ),
                 );
             }
-            let shared = mma_shared_bytes(g, window, l.wave_size);
+            let shared = mma_shared_bytes(g, quant, window, l.wave_size);
             if g.waves != l.waves || shared != l.shared_bytes || !l.dynamic_shared || c.grid_x() == 0 {
                 c.fail(
                     "declared shared memory",
@@ -314,7 +345,10 @@ pub(crate) fn gemv_context(
     let l = &k.launch;
     let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
     match &k.tuning {
-        Tuning::GemvMma(t) => json!({
+        Tuning::GemvMma(t) => {
+            let inputs = MmaInputs::of(t, quant);
+            let column_pieces = 2 * inputs.slab_chunks + inputs.slab_chunks / 2;
+            json!({
             "quant": quant.name().to_ascii_lowercase(),
             "quant_name": quant.name(),
             "rows": rows, "cols": cols, "window": window, "row_bytes": row_bytes,
@@ -328,7 +362,14 @@ pub(crate) fn gemv_context(
             "panels": rows.div_ceil(16 * t.wave_groups), "unroll": (4 / t.wave_groups).max(1),
             "blocks": match l.grid[0] { Dim::Fixed(n) => n, Dim::Runtime { .. } => 0 },
             "xq_len": fixed(k, "xq"), "xd_len": fixed(k, "xd"), "y_len": fixed(k, "y"),
-        }),
+            "stage_bytes": mma_stage_bytes(t, quant, window), "staged": t.staged_inputs,
+            "inputs_at": 16 * t.wave_groups * t.slab_stride,
+            "scales_at": 16 * t.wave_groups * t.slab_stride + window * inputs.quant_stride,
+            "quant_stride": inputs.quant_stride, "scale_stride": inputs.scale_stride,
+            "quant_pieces": 2 * inputs.slab_chunks, "column_pieces": column_pieces,
+            "input_copies": (window * column_pieces).div_ceil(target.device.wave_size),
+            })
+        }
         Tuning::GemvQ8(t) => {
             let table = rules::lookup_table(quant);
             json!({

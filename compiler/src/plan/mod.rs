@@ -94,6 +94,10 @@ pub struct Options {
     /// rule's (tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemv_mma_groups: Option<u32>,
+    /// Whether the matrix-unit GEMVs stage their inputs in shared memory
+    /// ([`GemvMmaTuning::staged_inputs`]) instead of the rule's choice (tuning sweeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemv_mma_staged: Option<bool>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack, or a mixture of experts' prompt window; without them prompts are
     /// read in verify-window passes.
@@ -119,6 +123,7 @@ impl Default for Options {
             gemv_mma_from: Some(rules::GEMV_MMA_FROM),
             gemv_mma_shape: None,
             gemv_mma_groups: None,
+            gemv_mma_staged: None,
             prefill: true,
         }
     }
@@ -371,6 +376,12 @@ pub struct GemvMmaTuning {
     /// predates it: one.
     #[serde(default = "one")]
     pub wave_groups: u32,
+    /// Each slab's inputs (every column's quants and scales for its chunks) are copied
+    /// into shared memory with its weights, so that a chunk's input fragments are
+    /// conflict-free shared loads instead of eight columns' scattered global ones. A
+    /// manifest without the key predates it: not staged.
+    #[serde(default)]
+    pub staged_inputs: bool,
 }
 
 /// Tiles of a [`Op::Gemm`] (see [`rules::gemm`]): a block computes `tile_rows` outputs

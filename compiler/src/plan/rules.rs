@@ -618,6 +618,10 @@ pub fn gemv_q8(
 ///   unit's loads in flight. The waves' sums are added in wave order. The split depends
 ///   on the matrix, the target and the options only, never on a verify window (a
 ///   batch's wider sums may ask for fewer splits).
+/// - `options.gemv_mma_staged`: each slab's inputs are copied into shared memory with its
+///   weights, so a chunk's B fragments and scales are conflict-free shared loads rather
+///   than loads from eight columns' rows in global memory each. Off unless asked for
+///   until measured; its larger stages may leave fewer splits.
 pub fn gemv_mma(
     quant: GgmlType,
     rows: u32,
@@ -655,6 +659,11 @@ pub fn gemv_mma(
     let panels = rows.div_ceil(16 * wave_groups);
     let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
     let mut wave_slabs = slabs.div_ceil(wanted.min(GEMV_MMA_MAX_SPLITS.min(slabs)).max(1));
+    // Staged inputs (not yet by default: unmeasured) copy each column's scales two chunks
+    // a 16-byte piece.
+    let staged_inputs = options.gemv_mma_staged.unwrap_or(false)
+        && (slab / block_bytes).is_multiple_of(2)
+        && (cols / 32).is_multiple_of(2);
     let tuning = |wave_slabs: u32| GemvMmaTuning {
         waves: slabs.div_ceil(wave_slabs),
         wave_slabs,
@@ -662,12 +671,13 @@ pub fn gemv_mma(
         stages,
         slab_stride: 16 * ((slab / 16) | 1),
         wave_groups,
+        staged_inputs,
     };
     // Fewer, longer splits where the widest window's block would not fit shared memory.
     let limit = target.device.shared_limit(true);
-    while wave_slabs < slabs
-        && crate::ops::gemv::mma_shared_bytes(&tuning(wave_slabs), window.max(16), target.device.wave_size) > limit
-    {
+    let shared =
+        |t: &GemvMmaTuning| crate::ops::gemv::mma_shared_bytes(t, quant, window.max(16), target.device.wave_size);
+    while wave_slabs < slabs && shared(&tuning(wave_slabs)) > limit {
         wave_slabs += 1;
     }
     Some(tuning(wave_slabs))
@@ -816,7 +826,29 @@ mod tests {
         assert!(t.waves < GEMV_MMA_MAX_SPLITS);
         let limit = sm90.device.shared_limit(true);
         for window in [1, 8, 16] {
-            assert!(crate::ops::gemv::mma_shared_bytes(&t, window, 32) <= limit, "{window} columns");
+            assert!(crate::ops::gemv::mma_shared_bytes(&t, GgmlType::Q4_0, window, 32) <= limit, "{window} columns");
+        }
+    }
+
+    #[test]
+    fn staged_inputs_are_asked_for_and_counted_in_shared_memory() {
+        let sm90 = Target::load("sm_90").expect("known");
+        let staged = Options { gemv_mma_staged: Some(true), ..Options::default() };
+        let plain = gemv_mma(GgmlType::Q4_0, 14_336, 4096, 8, &sm90, &Options::default()).expect("an 8B gate");
+        let t = gemv_mma(GgmlType::Q4_0, 14_336, 4096, 8, &sm90, &staged).expect("an 8B gate, staged");
+        assert!(!plain.staged_inputs && t.staged_inputs);
+        // Per stage: 32 rows of 144 bytes, then 8 columns of 8 chunks' quants (256 bytes
+        // and 16 of padding) and of their scale pairs (64 and 16).
+        let stages = 4 * 2;
+        assert_eq!(
+            crate::ops::gemv::mma_shared_bytes(&t, GgmlType::Q4_0, 8, 32)
+                - crate::ops::gemv::mma_shared_bytes(&plain, GgmlType::Q4_0, 8, 32),
+            stages * 8 * (272 + 80)
+        );
+        let limit = sm90.device.shared_limit(true);
+        for (rows, cols) in [(4096, 14_336), (1024, 4096), (14_336, 4096)] {
+            let t = gemv_mma(GgmlType::Q4_0, rows, cols, 16, &sm90, &staged).expect("fits");
+            assert!(crate::ops::gemv::mma_shared_bytes(&t, GgmlType::Q4_0, 16, 32) <= limit, "{rows}x{cols}");
         }
     }
 
