@@ -97,6 +97,16 @@ pub const GEMV_MMA_BLOCKS_PER_CU: u32 = 4;
 /// model's 8 and 16 batched sequences from 1575 to 1934 and 2294 to 3121 t/s; four read
 /// the inputs less often still but leave too few waves: 2921 at 16 (docs/PERFORMANCE.md).
 pub const GEMV_MMA_GROUPS: u32 = 2;
+/// Most 16-row groups of a matrix-unit GEMV whose inputs are staged, where the panels
+/// still number at least the compute units: on an H100 (docs/PERFORMANCE.md), four
+/// took Llama-8B's gate and up (224 panels) at T = 8 from 20.95 to 16.70 µs; the
+/// 64 panels of 4096 rows from 17.62 to 30.01 (down) and 6.83 to 8.99 (q, o).
+pub const GEMV_MMA_STAGED_GROUPS: u32 = 4;
+/// Widest window whose matrix-unit GEMV stages its inputs in shared memory
+/// ([`GemvMmaTuning::staged_inputs`]): on an H100, 1.03-1.46x faster at 4 to 16 columns
+/// on every Llama-8B shape; at 32 (a batch's GEMV) 2x slower, its stages leaving one
+/// block a compute unit.
+pub const GEMV_MMA_STAGED_UP_TO: u32 = 16;
 /// Most columns a matrix-unit GEMV takes (four 8-column tiles): the width of a batch's
 /// GEMV ([`crate::ops::BatchGemv`]), which a batch of decode steps wider than the
 /// verify window takes for its products instead of the prompt chunk's GEMM.
@@ -618,10 +628,13 @@ pub fn gemv_q8(
 ///   unit's loads in flight. The waves' sums are added in wave order. The split depends
 ///   on the matrix, the target and the options only, never on a verify window (a
 ///   batch's wider sums may ask for fewer splits).
-/// - `options.gemv_mma_staged`: each slab's inputs are copied into shared memory with its
-///   weights, so a chunk's B fragments and scales are conflict-free shared loads rather
-///   than loads from eight columns' rows in global memory each. Off unless asked for
-///   until measured; its larger stages may leave fewer splits.
+/// - Windows up to [`GEMV_MMA_STAGED_UP_TO`] columns (`options.gemv_mma_staged`) copy
+///   each slab's inputs into shared memory with its weights, so a chunk's B fragments
+///   and scales are conflict-free shared loads rather than loads from eight columns'
+///   rows in global memory each; their larger stages may leave fewer splits, and they
+///   take up to [`GEMV_MMA_STAGED_GROUPS`] groups where the panels still cover every
+///   compute unit. A batch's wider GEMV may so split its rows differently from the
+///   windows (its columns then differ from theirs by rounding).
 pub fn gemv_mma(
     quant: GgmlType,
     rows: u32,
@@ -650,20 +663,22 @@ pub fn gemv_mma(
         slab *= 2;
     }
     let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok().filter(|&n| n > 0)?;
+    // Staged inputs copy each column's scales two chunks a 16-byte piece.
+    let staged_inputs = options.gemv_mma_staged.unwrap_or(window <= GEMV_MMA_STAGED_UP_TO)
+        && (slab / block_bytes).is_multiple_of(2)
+        && (cols / 32).is_multiple_of(2);
     let cus = target.device.compute_units;
     let groups = rows.div_ceil(16);
+    let most = if staged_inputs { GEMV_MMA_STAGED_GROUPS } else { GEMV_MMA_GROUPS };
     let wave_groups = match options.gemv_mma_groups {
         Some(asked) => asked.min(groups).max(1),
-        None => (1..=GEMV_MMA_GROUPS).rev().find(|&r| 2 * groups.div_ceil(r) >= cus).unwrap_or(1),
+        None => {
+            (1..=most).rev().find(|&r| groups.div_ceil(r) * if r > GEMV_MMA_GROUPS { 1 } else { 2 } >= cus).unwrap_or(1)
+        }
     };
     let panels = rows.div_ceil(16 * wave_groups);
     let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
     let mut wave_slabs = slabs.div_ceil(wanted.min(GEMV_MMA_MAX_SPLITS.min(slabs)).max(1));
-    // Staged inputs (not yet by default: unmeasured) copy each column's scales two chunks
-    // a 16-byte piece.
-    let staged_inputs = options.gemv_mma_staged.unwrap_or(false)
-        && (slab / block_bytes).is_multiple_of(2)
-        && (cols / 32).is_multiple_of(2);
     let tuning = |wave_slabs: u32| GemvMmaTuning {
         waves: slabs.div_ceil(wave_slabs),
         wave_slabs,
@@ -766,9 +781,13 @@ mod tests {
         let all = Options { gemv_mma_from: Some(1), ..Options::default() };
         let t = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &all).expect("an 8B down projection");
         // 8 blocks of 18 bytes, 9 pieces: an odd number apart, so that rows g and g + 8 miss
-        // each other's banks. 256 groups of 56 slabs: 14 waves of 4 slabs bring 3584 waves.
+        // each other's banks. 256 groups of 56 slabs: 14 waves of 4 slabs would bring 3584
+        // waves, but their stages with 16 columns' inputs would not fit: 10 waves of 6.
         assert_eq!((t.slab_bytes, t.slab_stride, t.stages), (144, 144, 2));
-        assert_eq!((t.waves, t.wave_slabs), (14, 4));
+        assert_eq!((t.waves, t.wave_slabs), (10, 6));
+        let unstaged = Options { gemv_mma_staged: Some(false), ..all.clone() };
+        let plain = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 8, &sm90, &unstaged).expect("inputs from global memory");
+        assert_eq!((plain.waves, plain.wave_slabs), (14, 4));
         let one = gemv_mma(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &all).expect("one column too");
         assert_eq!(one, t, "the split does not depend on the window");
         let q8 = gemv_mma(GgmlType::Q8_0, 14_336, 4096, 1, &sm90, &all).expect("an 8B gate");
@@ -808,8 +827,10 @@ mod tests {
         let groups = |rows, cols, options: &Options| {
             gemv_mma(GgmlType::Q4_0, rows, cols, 8, &sm90, options).expect("an 8B product").wave_groups
         };
-        assert_eq!(groups(14_336, 4096, &all), GEMV_MMA_GROUPS);
-        assert_eq!(groups(4096, 4096, &all), 2, "128 panels of 32 rows for 132 SMs");
+        assert_eq!(groups(14_336, 4096, &all), GEMV_MMA_STAGED_GROUPS, "224 panels of 64 rows, staged");
+        let batch = gemv_mma(GgmlType::Q4_0, 14_336, 4096, BATCH_GEMV_COLUMNS, &sm90, &all).expect("a batch's");
+        assert_eq!(batch.wave_groups, GEMV_MMA_GROUPS, "not staged");
+        assert_eq!(groups(4096, 4096, &all), 2, "128 panels of 32 rows for 132 SMs; 64 of 64 too few");
         assert_eq!(groups(1024, 4096, &all), 1, "32 panels of 32 would leave most SMs idle");
         let two = Options { gemv_mma_groups: Some(2), ..all.clone() };
         assert_eq!(groups(4096, 14_336, &two), 2, "the option sets it");
@@ -831,11 +852,15 @@ mod tests {
     }
 
     #[test]
-    fn staged_inputs_are_asked_for_and_counted_in_shared_memory() {
+    fn verify_windows_stage_their_inputs_counted_in_shared_memory() {
         let sm90 = Target::load("sm_90").expect("known");
-        let staged = Options { gemv_mma_staged: Some(true), ..Options::default() };
-        let plain = gemv_mma(GgmlType::Q4_0, 14_336, 4096, 8, &sm90, &Options::default()).expect("an 8B gate");
-        let t = gemv_mma(GgmlType::Q4_0, 14_336, 4096, 8, &sm90, &staged).expect("an 8B gate, staged");
+        let default = Options::default();
+        let staged = |window| gemv_mma(GgmlType::Q4_0, 14_336, 4096, window, &sm90, &default).map(|t| t.staged_inputs);
+        assert_eq!(staged(GEMV_MMA_STAGED_UP_TO), Some(true), "a verify window's");
+        assert_eq!(staged(BATCH_GEMV_COLUMNS), Some(false), "a batch's");
+        let asked = |on| Options { gemv_mma_staged: Some(on), gemv_mma_groups: Some(2), ..Options::default() };
+        let plain = gemv_mma(GgmlType::Q4_0, 14_336, 4096, 8, &sm90, &asked(false)).expect("an 8B gate");
+        let t = gemv_mma(GgmlType::Q4_0, 14_336, 4096, 8, &sm90, &asked(true)).expect("an 8B gate, staged");
         assert!(!plain.staged_inputs && t.staged_inputs);
         // Per stage: 32 rows of 144 bytes, then 8 columns of 8 chunks' quants (256 bytes
         // and 16 of padding) and of their scale pairs (64 and 16).
@@ -847,7 +872,7 @@ mod tests {
         );
         let limit = sm90.device.shared_limit(true);
         for (rows, cols) in [(4096, 14_336), (1024, 4096), (14_336, 4096)] {
-            let t = gemv_mma(GgmlType::Q4_0, rows, cols, 16, &sm90, &staged).expect("fits");
+            let t = gemv_mma(GgmlType::Q4_0, rows, cols, 16, &sm90, &default).expect("fits");
             assert!(crate::ops::gemv::mma_shared_bytes(&t, GgmlType::Q4_0, 16, 32) <= limit, "{rows}x{cols}");
         }
     }
