@@ -148,9 +148,9 @@ fn mma_stage_bytes(t: &GemvMmaTuning, quant: GgmlType, window: u32) -> u32 {
 }
 
 /// Where a stage keeps a slab's inputs. A column's quants are `quant_stride` bytes apart,
-/// 16 past a multiple of 128, so that the 8 columns a B fragment reads at once fall in
-/// different banks; its scale pairs `scale_stride` apart, for the 4 columns a lane
-/// group's scales come from.
+/// 16 past its chunks, so that (slabs of a multiple of four chunks) the 8 columns a B
+/// fragment reads at once fall in different banks; its scale pairs `scale_stride` apart,
+/// likewise for the 4 columns whose scales a lane group reads.
 struct MmaInputs {
     slab_chunks: u32,
     quant_stride: u32,
