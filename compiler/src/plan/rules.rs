@@ -669,12 +669,13 @@ pub fn gemv_mma(
         && (cols / 32).is_multiple_of(2);
     let cus = target.device.compute_units;
     let groups = rows.div_ceil(16);
+    // Up to GEMV_MMA_GROUPS groups while the panels number half the compute units; a staged
+    // window's more only while they number them all.
     let most = if staged_inputs { GEMV_MMA_STAGED_GROUPS } else { GEMV_MMA_GROUPS };
+    let enough = |r: u32| groups.div_ceil(r) * if r > GEMV_MMA_GROUPS { 1 } else { 2 } >= cus;
     let wave_groups = match options.gemv_mma_groups {
         Some(asked) => asked.min(groups).max(1),
-        None => {
-            (1..=most).rev().find(|&r| groups.div_ceil(r) * if r > GEMV_MMA_GROUPS { 1 } else { 2 } >= cus).unwrap_or(1)
-        }
+        None => (1..=most).rev().find(|&r| enough(r)).unwrap_or(1),
     };
     let panels = rows.div_ceil(16 * wave_groups);
     let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
