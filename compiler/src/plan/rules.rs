@@ -103,9 +103,10 @@ pub const GEMV_MMA_GROUPS: u32 = 2;
 /// 64 panels of 4096 rows from 17.62 to 30.01 (down) and 6.83 to 8.99 (q, o).
 pub const GEMV_MMA_STAGED_GROUPS: u32 = 4;
 /// Widest window whose matrix-unit GEMV stages its inputs in shared memory
-/// ([`GemvMmaTuning::staged_inputs`]): on an H100, 1.03-1.46x faster at 4 to 16 columns
-/// on every Llama-8B shape; at 32 (a batch's GEMV) 2x slower, its stages leaving one
-/// block a compute unit.
+/// ([`GemvMmaTuning::staged_inputs`]): on an H100, Llama-8B's shapes at 4 to 16 columns
+/// ran 0.93-1.46x as fast as unstaged (faster in 50 of 52; q and o at 9 and 10 columns
+/// slower); at 32 (a batch's GEMV) 2x slower, its stages leaving one block a compute
+/// unit.
 pub const GEMV_MMA_STAGED_UP_TO: u32 = 16;
 /// Most columns a matrix-unit GEMV takes (four 8-column tiles): the width of a batch's
 /// GEMV ([`crate::ops::BatchGemv`]), which a batch of decode steps wider than the
