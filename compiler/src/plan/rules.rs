@@ -108,6 +108,12 @@ pub const GEMV_MMA_STAGED_GROUPS: u32 = 4;
 /// slower); at 32 (a batch's GEMV) 2x slower, its stages leaving one block a compute
 /// unit.
 pub const GEMV_MMA_STAGED_UP_TO: u32 = 16;
+/// Most 16-row groups of a batch's matrix-unit GEMV (wider than [`GEMV_MMA_STAGED_UP_TO`]),
+/// where the panels still number at least the compute units: its 32 columns' inputs are
+/// loaded once a chunk for all of a wave's groups. On an H100 (docs/PERFORMANCE.md), four
+/// took Llama-8B's gate and up at 32 columns from 61.4 to 46.3 µs and its 32 batched
+/// sequences from 3232 to 3537 t/s; the 4096-row matrices keep two (64 panels).
+pub const BATCH_GEMV_GROUPS: u32 = 4;
 /// Most columns a matrix-unit GEMV takes (four 8-column tiles): the width of a batch's
 /// GEMV ([`crate::ops::BatchGemv`]), which a batch of decode steps wider than the
 /// verify window takes for its products instead of the prompt chunk's GEMM.
@@ -634,8 +640,9 @@ pub fn gemv_q8(
 ///   and scales are conflict-free shared loads rather than loads from eight columns'
 ///   rows in global memory each; their larger stages may leave fewer splits, and they
 ///   take up to [`GEMV_MMA_STAGED_GROUPS`] groups where the panels still cover every
-///   compute unit. A batch's wider GEMV may so split its rows differently from the
-///   windows (its columns then differ from theirs by rounding).
+///   compute unit. A batch's wider GEMV, unstaged, takes up to [`BATCH_GEMV_GROUPS`]
+///   where they do; it may so split its rows differently from the windows (its columns
+///   then differ from theirs by rounding).
 pub fn gemv_mma(
     quant: GgmlType,
     rows: u32,
@@ -671,8 +678,14 @@ pub fn gemv_mma(
     let cus = target.device.compute_units;
     let groups = rows.div_ceil(16);
     // Up to GEMV_MMA_GROUPS groups while the panels number half the compute units; a staged
-    // window's more only while they number them all.
-    let most = if staged_inputs { GEMV_MMA_STAGED_GROUPS } else { GEMV_MMA_GROUPS };
+    // window's or a batch's more only while they number them all.
+    let most = if staged_inputs {
+        GEMV_MMA_STAGED_GROUPS
+    } else if window > GEMV_MMA_STAGED_UP_TO {
+        BATCH_GEMV_GROUPS
+    } else {
+        GEMV_MMA_GROUPS
+    };
     let enough = |r: u32| groups.div_ceil(r) * if r > GEMV_MMA_GROUPS { 1 } else { 2 } >= cus;
     let wave_groups = match options.gemv_mma_groups {
         Some(asked) => asked.min(groups).max(1),
@@ -830,8 +843,11 @@ mod tests {
             gemv_mma(GgmlType::Q4_0, rows, cols, 8, &sm90, options).expect("an 8B product").wave_groups
         };
         assert_eq!(groups(14_336, 4096, &all), GEMV_MMA_STAGED_GROUPS, "224 panels of 64 rows, staged");
-        let batch = gemv_mma(GgmlType::Q4_0, 14_336, 4096, BATCH_GEMV_COLUMNS, &sm90, &all).expect("a batch's");
-        assert_eq!(batch.wave_groups, GEMV_MMA_GROUPS, "not staged");
+        let batch =
+            |rows, cols| gemv_mma(GgmlType::Q4_0, rows, cols, BATCH_GEMV_COLUMNS, &sm90, &all).expect("a batch's");
+        assert_eq!(batch(14_336, 4096).wave_groups, BATCH_GEMV_GROUPS, "224 panels of 64 rows, not staged");
+        assert!(!batch(14_336, 4096).staged_inputs);
+        assert_eq!(batch(4096, 14_336).wave_groups, GEMV_MMA_GROUPS, "64 panels of 64 rows would leave SMs idle");
         assert_eq!(groups(4096, 4096, &all), 2, "128 panels of 32 rows for 132 SMs; 64 of 64 too few");
         assert_eq!(groups(1024, 4096, &all), 1, "32 panels of 32 would leave most SMs idle");
         let two = Options { gemv_mma_groups: Some(2), ..all.clone() };
