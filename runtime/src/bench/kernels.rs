@@ -14,8 +14,8 @@
 //! tokens (or as many as asked), reported as TFLOP/s (2 · rows · cols · tokens per
 //! launch). At that width a GEMM is bound by the matrix unit and the dequantization, not
 //! by reading its weights once, so one copy of the weights serves every launch; at a
-//! verify window's width ([`MAX_WINDOW`] tokens or fewer) it is bound by the weights'
-//! bytes like the GEMV it would replace, so its weights rotate as the GEMVs' do. Beside them the report names
+//! batch GEMV's width ([`rules::BATCH_GEMV_COLUMNS`] tokens or fewer) it is bound by the
+//! weights' bytes like the GEMV it would replace, so its weights rotate as the GEMVs' do. Beside them the report names
 //! `gemm_ceiling`: the fastest F16 GEMM where the model has one, whose dequantization
 //! is a copy, so its rate is what the kernel's tiles and the matrix unit reach on this
 //! device, the bound for the quantized ones.
@@ -225,13 +225,13 @@ impl Model {
     }
 
     /// Times every GEMM among the kernels at `tokens` tokens, `reps` launches each, on
-    /// random weights and inputs (one copy, or a rotation at a window's width: see the
-    /// module's documentation).
+    /// random weights and inputs (one copy, or a rotation at a batch GEMV's width: see
+    /// the module's documentation).
     fn bench_gemms(&mut self, reps: usize, tokens: u32, rng: &mut ChaCha8Rng) -> Result<Vec<GemmTiming>, RunError> {
         let mut specs: Vec<KernelRecord> =
             self.kernels.specs().filter(|k| matches!(k.op, Op::Gemm(_))).cloned().collect();
         specs.sort_by(|a, b| a.name.cmp(&b.name));
-        let rotate = tokens <= MAX_WINDOW;
+        let rotate = tokens <= rules::BATCH_GEMV_COLUMNS;
         // One pool for the largest rotation, allocated once (the backend cannot free).
         let pool_bytes = specs
             .iter()

@@ -132,8 +132,8 @@ enum Command {
         #[arg(long, requires = "kernels")]
         windows: bool,
         /// With --kernels: the tokens each GEMM is timed at (a prompt chunk by default;
-        /// at a verify window's width, 16 or fewer, its weights rotate as the GEMVs' do,
-        /// so its time compares with the window GEMV's).
+        /// at a batch GEMV's width, 32 or fewer, its weights rotate as the GEMVs' do, so
+        /// its time compares with the window's or the batch's GEMV).
         #[arg(long, requires = "kernels", default_value_t = strata_runtime::bench::GEMM_TOKENS)]
         gemm_tokens: u32,
         /// A llama.cpp `llama-bench` binary: also measure llama.cpp on the same pack and
