@@ -188,18 +188,22 @@ impl Active {
         });
     }
 
-    /// The tokens whose KV entries the slot holds once this request leaves it: the
-    /// history and the tokens computed ahead, as far as the model has read them.
+    /// The tokens the slot's KV entries are computed from, the first `pos` of them
+    /// (the model's position): the history, then the tokens computed ahead.
+    fn known(&self, pos: usize) -> impl Iterator<Item = &u32> {
+        self.history.iter().chain(self.pending.iter().map(|(t, _)| t)).take(pos)
+    }
+
+    /// The tokens whose KV entries the slot holds once this request leaves it.
     fn held(&self, pos: usize) -> Vec<u32> {
-        let known = self.history.iter().copied().chain(self.pending.iter().map(|(t, _)| *t));
-        known.take(pos).collect()
+        self.known(pos).copied().collect()
     }
 }
 
 /// How many leading tokens `held` and `prompt` share, leaving at least one prompt token
 /// to read (its logits pick the first generated token).
-fn shared_prefix(held: &[u32], prompt: &[u32]) -> usize {
-    let same = held.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+fn shared_prefix<'a>(held: impl IntoIterator<Item = &'a u32>, prompt: &[u32]) -> usize {
+    let same = held.into_iter().zip(prompt).take_while(|(a, b)| a == b).count();
     same.min(prompt.len().saturating_sub(1))
 }
 
@@ -328,16 +332,23 @@ fn place(
     held: &[Vec<u32>],
     job: &Job,
 ) -> Result<Option<(usize, usize)>, RunError> {
-    // The tokens each slot's cache holds.
-    let known: Vec<Vec<u32>> = (0..slots.len())
-        .map(|i| match &slots[i] {
-            Some(a) => a.held(s.model.pos_of(i) as usize),
-            None => held[i].clone(),
+    // Per slot, the prompt tokens its cache shares and the tokens it holds (read in place:
+    // a running request's history may be a long context).
+    let caches: Vec<(usize, usize)> = (0..slots.len())
+        .map(|i| {
+            let (shared, len) = match &slots[i] {
+                Some(a) => {
+                    let pos = s.model.pos_of(i) as usize;
+                    (shared_prefix(a.known(pos), &job.prompt), a.known(pos).count())
+                }
+                None => (shared_prefix(&held[i], &job.prompt), held[i].len()),
+            };
+            (if job.cache_prompt { shared } else { 0 }, len)
         })
         .collect();
-    let shared = |i: usize| if job.cache_prompt { shared_prefix(&known[i], &job.prompt) } else { 0 };
+    let shared = |i: usize| caches[i].0;
     let free = (0..slots.len()).filter(|&i| slots[i].is_none());
-    let Some(slot) = free.max_by_key(|&i| (shared(i), std::cmp::Reverse(known[i].len()))) else { return Ok(None) };
+    let Some(slot) = free.max_by_key(|&i| (shared(i), std::cmp::Reverse(caches[i].1))) else { return Ok(None) };
     // The slot forgets what follows the shared prefix (all of it for a new conversation).
     s.model.select(slot)?;
     let mut cached = s.model.keep_prefix(shared(slot) as u32)? as usize;
