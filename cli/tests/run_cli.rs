@@ -198,6 +198,36 @@ fn bench_batch_reports_each_batch_sizes_aggregate_rate() {
     }
 }
 
+/// `--profile` follows each rate with its step's launches by kernel: their launches and
+/// times add up to the step's, the costliest first.
+#[test]
+fn bench_batch_profile_breaks_a_step_down_by_kernel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = synth(dir.path(), "tiny-llama", "llama.gguf");
+    let args =
+        ["bench", "--pack", &pack, "--backend", "cpu", "--batch", "3", "-p", "4", "-n", "2", "-r", "1", "--profile"];
+    let o = run(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("pp4 tg2 x  3 sequences: "), "{out}");
+    let head: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(head[..6], ["step", "of", "3", "sequences,", "launch", "by"], "{out}");
+    let (total, launches): (f64, usize) = (head[7].parse().expect("us"), head[10].parse().expect("launches"));
+    let rows: Vec<(usize, f64)> = lines[3..]
+        .iter()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[1].parse().expect("launches"), w[2].parse().expect("us"))
+        })
+        .collect();
+    assert!(rows.len() > 5 && lines[3..].iter().any(|l| l.starts_with("argmax_")), "{out}");
+    assert_eq!(rows.iter().map(|r| r.0).sum::<usize>(), launches, "{out}");
+    let sum: f64 = rows.iter().map(|r| r.1).sum();
+    assert!((sum - total).abs() <= 0.1 * rows.len() as f64 && total > 0.0, "{out}");
+    assert!(rows.windows(2).all(|w| w[0].1 >= w[1].1), "costliest first: {out}");
+}
+
 #[test]
 fn perplexity_of_a_text_file() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -334,21 +334,10 @@ pub fn bench_at(
 /// feeding back its argmax. Returns all sequences' decoded tokens per second of the
 /// decoding, over `reps` runs after one warm-up; the session needs `seqs` slots.
 pub fn bench_batch(s: &mut Session, seqs: usize, pp: usize, tg: usize, reps: usize) -> Result<f64, RunError> {
-    if seqs == 0 || seqs > s.model.slots() {
-        return Err(RunError::Other(format!("a batch of {seqs} needs as many slots; there are {}", s.model.slots())));
-    }
-    let vocab = s.model.desc.vocab as usize;
-    let prompt: Vec<u32> = (0..pp.max(1)).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
-    let tg = tg.min(s.model.n_ctx().saturating_sub(prompt.len() as u32) as usize);
+    let tg = tg.min(s.model.n_ctx().saturating_sub(pp.max(1) as u32) as usize);
     let mut time = Duration::ZERO;
     for rep in 0..=reps {
-        let mut next = Vec::with_capacity(seqs);
-        for slot in 0..seqs {
-            s.model.select(slot)?;
-            s.model.reset();
-            prefill(s, &prompt)?;
-            next.push((slot, s.model.argmax(1)?[0]));
-        }
+        let mut next = start_batch(s, seqs, pp)?;
         let start = Instant::now();
         for _ in 0..tg {
             let mut tokens = Vec::with_capacity(seqs);
@@ -364,6 +353,42 @@ pub fn bench_batch(s: &mut Session, seqs: usize, pp: usize, tg: usize, reps: usi
         }
     }
     Ok((seqs * tg * reps.max(1)) as f64 / time.as_secs_f64())
+}
+
+/// Where [`bench_batch`]'s decode step of `seqs` sequences spends its time: after one
+/// step in its graphs, one more launch by launch ([`crate::model::Model::profile_batch`],
+/// each of [`crate::model::Model::batch_passes`]); each launch's kernel and device seconds.
+pub fn profile_batch(s: &mut Session, seqs: usize, pp: usize) -> Result<Vec<(String, f64)>, RunError> {
+    let next = start_batch(s, seqs, pp)?;
+    let passes = s.model.batch_passes(seqs);
+    let mut tokens = Vec::with_capacity(seqs);
+    for pass in passes.clone() {
+        tokens.extend(s.model.decode_batch_greedy(&next[pass])?);
+    }
+    let next: Vec<(usize, u32)> = next.iter().zip(tokens).map(|(&(slot, _), token)| (slot, token)).collect();
+    let mut times = Vec::new();
+    for pass in passes {
+        times.extend(s.model.profile_batch(&next[pass])?);
+    }
+    Ok(times)
+}
+
+/// Slots 0 to `seqs` each read the same `pp`-token prompt from an empty cache; returns
+/// each one's greedy next token.
+fn start_batch(s: &mut Session, seqs: usize, pp: usize) -> Result<Vec<(usize, u32)>, RunError> {
+    if seqs == 0 || seqs > s.model.slots() {
+        return Err(RunError::Other(format!("a batch of {seqs} needs as many slots; there are {}", s.model.slots())));
+    }
+    let vocab = s.model.desc.vocab as usize;
+    let prompt: Vec<u32> = (0..pp.max(1)).map(|i| ((i * 7919 + 13) % vocab) as u32).collect();
+    let mut next = Vec::with_capacity(seqs);
+    for slot in 0..seqs {
+        s.model.select(slot)?;
+        s.model.reset();
+        prefill(s, &prompt)?;
+        next.push((slot, s.model.argmax(1)?[0]));
+    }
+    Ok(next)
 }
 
 /// llama.cpp's figures for the same measurement, from its `llama-bench` binary at

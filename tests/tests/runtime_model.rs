@@ -314,6 +314,52 @@ fn a_batch_of_sequences_decodes_as_each_does_alone() {
     }
 }
 
+/// `bench --batch --profile`'s step, run launch by launch with a timing mark after each,
+/// is the batched step: every launch named with a time, the argmax last, the same next
+/// tokens as the step replayed from its graph, and the sequences left where that step
+/// leaves them (the next step agrees too).
+#[test]
+fn a_profiled_batch_step_is_the_batched_step_launch_by_launch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = write_pack(dir.path(), Preset::TinyLlama, &[GgmlType::Q4_0]);
+    let (seqs, pp) = (3, 5);
+    // Each slot reads a prompt of its own: its first token.
+    let start = |s: &mut Session| -> Vec<(usize, u32)> {
+        (0..seqs)
+            .map(|slot| {
+                let prompt: Vec<u32> = (0..pp as u32).map(|j| (j * 37 + 11 * slot as u32 + 5) % 256).collect();
+                s.model.select(slot).expect("a slot");
+                s.model.reset();
+                for pass in s.model.prompt_passes(prompt.len()) {
+                    s.model.forward(&prompt[pass], Logits::Last).expect("reads");
+                }
+                (slot, s.model.argmax(1).expect("argmax")[0])
+            })
+            .collect()
+    };
+    let step = |s: &mut Session, batch: &[(usize, u32)]| -> Vec<(usize, u32)> {
+        let next = s.model.decode_batch_greedy(batch).expect("a batch decodes");
+        batch.iter().zip(next).map(|(&(slot, _), t)| (slot, t)).collect()
+    };
+    let mut replayed = open_slots(&pack, seqs);
+    let batch = start(&mut replayed);
+    let once = step(&mut replayed, &batch);
+    let twice = step(&mut replayed, &once);
+
+    let mut profiled = open_slots(&pack, seqs);
+    assert_eq!(start(&mut profiled), batch);
+    let times = profiled.model.profile_batch(&batch).expect("profiles");
+    assert!(times.len() > 10, "{} launches", times.len());
+    assert!(times.iter().all(|(name, secs)| !name.is_empty() && secs.is_finite() && *secs >= 0.0));
+    assert!(times.last().is_some_and(|(name, _)| name.starts_with("argmax")), "{:?}", times.last());
+    assert!(times.iter().any(|(name, _)| name.starts_with("gemv_q4_0")), "the products are launched");
+    let tokens = profiled.model.argmax(seqs as u32).expect("the step's logits");
+    let mine: Vec<(usize, u32)> = batch.iter().zip(tokens).map(|(&(slot, _), t)| (slot, t)).collect();
+    assert_eq!(mine, once, "the profiled step's tokens");
+    assert!((0..seqs).all(|slot| profiled.model.pos_of(slot) as usize == pp + 1), "one position each");
+    assert_eq!(step(&mut profiled, &mine), twice, "the step after it");
+}
+
 /// A batch wider than the widest window runs its products on the prompt chunk's GEMMs,
 /// in one pass, with sequences joining between passes and a different set each pass:
 /// each sequence's logits stay those of decoding alone (within float rounding: the

@@ -64,12 +64,27 @@ impl Model {
         logits: Logits,
         sparse: bool,
     ) -> Result<(), RunError> {
+        for step in self.steps_of(t, slots, logits, sparse)?.iter() {
+            self.run_step(step, ids)?;
+        }
+        Ok(())
+    }
+
+    /// The steps of the pass of `t` tokens over `slots` with `logits` (made once and
+    /// kept).
+    pub(super) fn steps_of(
+        &mut self,
+        t: u32,
+        slots: &[usize],
+        logits: Logits,
+        sparse: bool,
+    ) -> Result<Arc<[Step]>, RunError> {
         let seqs = u32::try_from(slots.len()).unwrap_or(0);
         if seqs == 0 || !t.is_multiple_of(seqs) || (sparse && seqs > 1) {
             return Err(RunError::Other(format!("a pass of {t} tokens cannot hold {seqs} sequences")));
         }
         let sparse_from = self.qsa.filter(|_| sparse).map(|_| qsa::DENSE_LAYERS as u32);
-        let steps = match self.passes.get(&(t, seqs, logits, sparse_from)) {
+        Ok(match self.passes.get(&(t, seqs, logits, sparse_from)) {
             Some(steps) => steps.clone(),
             None => {
                 let pass = Pass {
@@ -86,11 +101,7 @@ impl Model {
                 self.passes.insert((t, seqs, logits, sparse_from), steps.clone());
                 steps
             }
-        };
-        for step in steps.iter() {
-            self.run_step(step, ids)?;
-        }
-        Ok(())
+        })
     }
 
     /// The steps of the pass of `t` tokens of one sequence with `logits` (as

@@ -101,6 +101,45 @@ impl Model {
 
     /// Checks a batch, writes its tokens and positions, and replays its pass.
     fn batch_step(&mut self, batch: &[(usize, u32)], argmax: bool) -> Result<(), RunError> {
+        let slots = self.stage_batch(batch)?;
+        self.replay_step(batch.len() as u32, &slots, argmax)?;
+        for slot in slots {
+            self.pos[slot] += 1;
+        }
+        Ok(())
+    }
+
+    /// Runs [`Model::decode_batch_greedy`]'s pass of `batch` launch by launch instead of
+    /// as its graph, with a timing mark after each, and returns each launch's kernel and
+    /// device seconds in order (the argmax last): where a batched step's time goes. Each
+    /// launch waits on the host's queueing, so short kernels read longer than in the
+    /// graph; the next tokens are left on the device, unread.
+    pub fn profile_batch(&mut self, batch: &[(usize, u32)]) -> Result<Vec<(String, f64)>, RunError> {
+        let slots = self.stage_batch(batch)?;
+        let t = batch.len() as u32;
+        let steps = self.steps_of(t, &slots, Logits::All, false)?;
+        let mut marks = vec![(String::new(), self.backend.mark()?)];
+        for step in steps.iter() {
+            if let Some(spec) = self.run_step(step, self.s.ids)? {
+                marks.push((spec.name, self.backend.mark()?));
+            }
+        }
+        self.enqueue_argmax(t)?;
+        marks.push((self.kernels.get(&self.ops.argmax())?.name, self.backend.mark()?));
+        self.end_pass(t)?;
+        for slot in slots {
+            self.pos[slot] += 1;
+        }
+        self.on_device = None;
+        let mut times = Vec::with_capacity(marks.len());
+        for pair in marks.windows(2) {
+            times.push((pair[1].0.clone(), self.backend.seconds(pair[0].1, pair[1].1)?));
+        }
+        Ok(times)
+    }
+
+    /// Checks a batch and writes its tokens and positions; returns its slots.
+    fn stage_batch(&mut self, batch: &[(usize, u32)]) -> Result<Vec<usize>, RunError> {
         let n = batch.len();
         if n == 0 || n > self.batch as usize {
             return Err(RunError::Other(format!("a batch takes 1 to {} sequences, not {n}", self.batch)));
@@ -121,11 +160,7 @@ impl Model {
         let seqs: Vec<(u32, usize)> = slots.iter().map(|&slot| (self.pos[slot], slot)).collect();
         self.backend.write(self.s.ids, 0, &ids)?;
         self.write_positions(&seqs, 1)?;
-        self.replay_step(n as u32, &slots, argmax)?;
-        for slot in slots {
-            self.pos[slot] += 1;
-        }
-        Ok(())
+        Ok(slots)
     }
 
     /// Runs a verify window (`tokens` at the next positions, in one pass of window

@@ -25,7 +25,7 @@ use strata_runtime::watchdog::Watchdog;
 
 mod repl;
 mod report;
-use report::{expert_stats_line, print_kernel_report, print_window_report, report};
+use report::{expert_stats_line, print_batch_profile, print_kernel_report, print_window_report, report};
 
 #[derive(Parser)]
 #[command(version, about = "Runs a GGUF pack with kernels compiled for this device")]
@@ -158,6 +158,11 @@ enum Command {
         /// (llama-batched-bench's S_TG): each reads -p prompt tokens, then -n tokens each.
         #[arg(long, value_delimiter = ',', value_name = "N,...")]
         batch: Vec<usize>,
+        /// With --batch: also run one step of each N launch by launch, a timing mark
+        /// after each, and print where its time goes by kernel (each launch waits on the
+        /// host's queueing, so short kernels read longer than in the step's graph).
+        #[arg(long, requires = "batch")]
+        profile: bool,
     },
     /// Serves an OpenAI-compatible API (`/v1/chat/completions`, `/v1/completions`,
     /// `/v1/models`, `/health`, `/metrics`).
@@ -669,6 +674,7 @@ fn run(cli: Cli) -> Result<()> {
             contexts,
             qsa_budgets,
             batch,
+            profile,
         } => {
             let slots = batch.iter().copied().max().unwrap_or(1).max(1);
             let mut s = open(&o, SelfTest::Auto, false, slots)?;
@@ -681,6 +687,9 @@ fn run(cli: Cli) -> Result<()> {
                         s.device.name,
                         s.model.window()
                     );
+                    if profile {
+                        print_batch_profile(n, &generate::profile_batch(&mut s, n, prompt_tokens)?);
+                    }
                 }
                 return Ok(());
             }

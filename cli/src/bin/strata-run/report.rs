@@ -140,3 +140,23 @@ pub(crate) fn print_window_report(r: &KernelReport) {
         }
     }
 }
+
+/// `bench --batch --profile`'s table: the launches of one batched step grouped by kernel,
+/// the costliest first, each with its launches, device µs and share of the step.
+pub(crate) fn print_batch_profile(seqs: usize, times: &[(String, f64)]) {
+    let mut kernels: Vec<(&str, usize, f64)> = Vec::new();
+    for (name, seconds) in times {
+        match kernels.iter_mut().find(|k| k.0 == name) {
+            Some(k) => (k.1, k.2) = (k.1 + 1, k.2 + seconds),
+            None => kernels.push((name, 1, *seconds)),
+        }
+    }
+    kernels.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let total: f64 = times.iter().map(|t| t.1).sum();
+    println!("step of {seqs} sequences, launch by launch: {:.1} us in {} launches", total * 1e6, times.len());
+    println!("{:<44} {:>8} {:>10} {:>9} {:>6}", "kernel", "launches", "us a step", "us each", "share");
+    for (name, launches, seconds) in kernels {
+        let (us, share) = (seconds * 1e6, 100.0 * seconds / total.max(f64::MIN_POSITIVE));
+        println!("{name:<44} {launches:>8} {us:>10.1} {:>9.2} {share:>5.1}%", us / launches as f64);
+    }
+}
