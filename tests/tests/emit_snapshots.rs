@@ -6,7 +6,7 @@ use strata_compiler::emit::{self, Dialect};
 use strata_compiler::model::ModelDesc;
 use strata_compiler::ops::{self, Op};
 use strata_compiler::pack::Pack;
-use strata_compiler::plan::{self, Options, Plan};
+use strata_compiler::plan::{self, KernelRecord, Options, Plan};
 use strata_compiler::quant::GgmlType;
 use strata_compiler::synth::Preset;
 use strata_compiler::target::{self, Target};
@@ -16,6 +16,13 @@ fn plan_for(preset: Preset, weights: &[GgmlType], target: &Target, options: &Opt
     let pack = Pack::from_bytes("snapshot.gguf", synthetic_pack(preset, 1, weights)).expect("valid");
     let model = ModelDesc::from_pack(&pack).expect("runnable");
     plan::plan(&model, &pack, target, options).expect("plannable")
+}
+
+/// The text of `kernels` as `target`'s native dialect renders them, each under its name.
+fn rendered(target: &Target, options: Options, kernels: Vec<KernelRecord>) -> String {
+    let plan = Plan { target: target.name.clone(), options, kernels };
+    let module = emit::emit(&plan, target, Dialect::native(target)).expect("renders");
+    module.kernels.iter().map(|k| format!("=== {} ===\n{}\n", k.name, k.text)).collect()
 }
 
 /// Representative kernels: one GEMV shape per quant type at T = 1 and T = 2, and every
@@ -160,10 +167,7 @@ fn prefill_attention_kernels() {
                 )
             })
             .to_vec();
-        let plan = Plan { target: target.name.clone(), options, kernels };
-        let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
-        let text: String = module.kernels.iter().map(|k| format!("=== {} ===\n{}\n", k.name, k.text)).collect();
-        insta::assert_snapshot!(format!("prefill_attention_kernels_{name}"), text);
+        insta::assert_snapshot!(format!("prefill_attention_kernels_{name}"), rendered(&target, options, kernels));
     }
 }
 
@@ -199,10 +203,7 @@ fn matrix_unit_gemv_kernels() {
     let kernels = [ops::Gemv { quant, rows, cols, window: 8 }.into(), ops::BatchGemv { quant, rows, cols, max }.into()]
         .map(|op| plan::rules::kernel_with(op, &target, &options))
         .to_vec();
-    let plan = Plan { target: target.name.clone(), options, kernels };
-    let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
-    let text: String = module.kernels.iter().map(|k| format!("=== {} ===\n{}\n", k.name, k.text)).collect();
-    insta::assert_snapshot!("matrix_unit_gemv_kernels_sm_90", text);
+    insta::assert_snapshot!("matrix_unit_gemv_kernels_sm_90", rendered(&target, options, kernels));
 }
 
 /// The same verify window's GEMV reading its inputs from global memory
@@ -213,8 +214,5 @@ fn matrix_unit_gemv_unstaged_inputs() {
     let options = Options { gemv_mma_staged: Some(false), ..Options::default() };
     let op = ops::Gemv { quant: GgmlType::Q4_0, rows: 4096, cols: 4096, window: 8 }.into();
     let kernels = vec![plan::rules::kernel_with(op, &target, &options)];
-    let plan = Plan { target: target.name.clone(), options, kernels };
-    let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
-    let text: String = module.kernels.iter().map(|k| format!("=== {} ===\n{}\n", k.name, k.text)).collect();
-    insta::assert_snapshot!("matrix_unit_gemv_unstaged_inputs_sm_90", text);
+    insta::assert_snapshot!("matrix_unit_gemv_unstaged_inputs_sm_90", rendered(&target, options, kernels));
 }
