@@ -114,6 +114,13 @@ pub const GEMV_MMA_STAGED_UP_TO: u32 = 16;
 /// took Llama-8B's gate and up at 32 columns from 61.4 to 46.3 µs and its 32 batched
 /// sequences from 3232 to 3537 t/s; the 4096-row matrices keep two (64 panels).
 pub const BATCH_GEMV_GROUPS: u32 = 4;
+/// Most waves a batch's matrix-unit GEMV splits a panel's rows into: its four tiles' sums
+/// and inputs need 200-250 registers a lane, which more than 256 lanes a block cannot
+/// have. At 14 and 16 waves ptxas capped Llama-8B's 4096- and 1024-row products at 128
+/// and spilled; at 8 none spills, and on an H100 q and o took 13.6 µs instead of 16.4
+/// and 32 batched sequences 4080 t/s instead of 3581 (with the unrolled, branch-free
+/// chunks of the same commit; docs/PERFORMANCE.md).
+pub const BATCH_GEMV_MAX_SPLITS: u32 = 8;
 /// Most columns a matrix-unit GEMV takes (four 8-column tiles): the width of a batch's
 /// GEMV ([`crate::ops::BatchGemv`]), which a batch of decode steps wider than the
 /// verify window takes for its products instead of the prompt chunk's GEMM.
@@ -630,7 +637,8 @@ pub fn gemv_q8(
 ///   17-31% longer at two groups; 4096 rows, 128 panels, took up to 35% less.)
 /// - A block's waves split each panel's slabs evenly (`wave_slabs` each), as many as
 ///   bring the matrix to [`GEMV_MMA_WAVES_PER_CU`] groups in flight a compute unit, at
-///   most [`GEMV_MMA_MAX_SPLITS`] and no more than the widest window's block fits in
+///   most [`GEMV_MMA_MAX_SPLITS`] ([`BATCH_GEMV_MAX_SPLITS`] for a batch's, whose sums need
+///   more registers) and no more than the widest window's block fits in
 ///   shared memory: a matrix of few groups (4096 rows: 256) still keeps every compute
 ///   unit's loads in flight. The waves' sums are added in wave order. The split depends
 ///   on the matrix, the target and the options only, never on a verify window (a
@@ -693,7 +701,8 @@ pub fn gemv_mma(
     };
     let panels = rows.div_ceil(16 * wave_groups);
     let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
-    let mut wave_slabs = slabs.div_ceil(wanted.min(GEMV_MMA_MAX_SPLITS.min(slabs)).max(1));
+    let most_splits = if window > GEMV_MMA_STAGED_UP_TO { BATCH_GEMV_MAX_SPLITS } else { GEMV_MMA_MAX_SPLITS };
+    let mut wave_slabs = slabs.div_ceil(wanted.min(most_splits.min(slabs)).max(1));
     let tuning = |wave_slabs: u32| GemvMmaTuning {
         waves: slabs.div_ceil(wave_slabs),
         wave_slabs,
@@ -848,6 +857,10 @@ mod tests {
         assert_eq!(batch(14_336, 4096).wave_groups, BATCH_GEMV_GROUPS, "224 panels of 64 rows, not staged");
         assert!(!batch(14_336, 4096).staged_inputs);
         assert_eq!(batch(4096, 14_336).wave_groups, GEMV_MMA_GROUPS, "64 panels of 64 rows would leave SMs idle");
+        // A batch's four tiles of sums need more registers than 512 lanes a block can have.
+        for (rows, cols) in [(14_336, 4096), (4096, 14_336), (4096, 4096), (1024, 4096)] {
+            assert!(batch(rows, cols).waves <= BATCH_GEMV_MAX_SPLITS, "{rows}x{cols}");
+        }
         assert_eq!(groups(4096, 4096, &all), 2, "128 panels of 32 rows for 132 SMs; 64 of 64 too few");
         assert_eq!(groups(1024, 4096, &all), 1, "32 panels of 32 would leave most SMs idle");
         let two = Options { gemv_mma_groups: Some(2), ..all.clone() };
