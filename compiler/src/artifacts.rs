@@ -311,7 +311,11 @@ pub fn compile(
         return Err(CompileError::Check { target: device.name.clone(), errors: over });
     }
     if !req.allow_spills {
-        for k in plan.kernels.iter().filter(|k| matches!(k.op, Op::Gemv(_) | Op::ExpertGemv(_) | Op::Gemm(_))) {
+        for k in plan
+            .kernels
+            .iter()
+            .filter(|k| matches!(k.op, Op::Gemv(_) | Op::BatchGemv(_) | Op::ExpertGemv(_) | Op::Gemm(_)))
+        {
             if let Some(spilled) = resources.get(&k.name).and_then(Resources::spills).filter(|s| *s > 0) {
                 return Err(BuildError::Spills {
                     kernel: k.name.clone(),
