@@ -91,3 +91,44 @@ fn every_step_is_planned() {
         }
     }
 }
+
+/// The output projection's GEMM only ever multiplies a batch of decode steps (a prompt
+/// chunk's logits are its last token's), so on `mma.sync` targets it takes a batch's
+/// narrow tiles, while the layers' GEMMs keep a prompt chunk's; elsewhere, and where the
+/// options set the tiles, it keeps the prompt's.
+#[test]
+fn the_output_gemm_takes_a_batch_s_tiles() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("pack.gguf");
+    std::fs::write(&path, synthetic_pack(Preset::TinyLlama, 2, &[GgmlType::Q4_0])).expect("written");
+    let pack = Pack::open(&path).expect("opens");
+    let desc = ModelDesc::from_pack(&pack).expect("a model");
+    let output = pack.tensor("output.weight").or_else(|| pack.tensor("token_embd.weight")).expect("an output");
+    let output = Op::from(strata_compiler::ops::Gemm {
+        quant: output.ty,
+        rows: output.shape[1] as u32,
+        cols: output.shape[0] as u32,
+    })
+    .kernel_name();
+    let tiles = |target: &str, options: &Options| {
+        let target = Target::load(target).expect("known");
+        let plan = plan::plan(&desc, &pack, &target, options).expect("plans");
+        let tile = |k: &KernelRecord| match &k.tuning {
+            Tuning::GemmQ8(t) => [t.tile_rows, t.tile_tokens],
+            Tuning::Gemm(t) => [t.tile_rows, t.tile_tokens],
+            _ => [0, 0],
+        };
+        let gemms: Vec<&KernelRecord> = plan.kernels.iter().filter(|k| matches!(k.op, Op::Gemm(_))).collect();
+        let head = gemms.iter().find(|k| k.name == output).map(|k| tile(k)).expect("the output's GEMM");
+        let layers: BTreeSet<[u32; 2]> = gemms.iter().filter(|k| k.name != output).map(|k| tile(k)).collect();
+        (head, layers)
+    };
+    let int8 = Options { int8: Int8Dot::Always, ..Options::default() };
+    let (head, layers) = tiles("sm_90", &int8);
+    assert_eq!(head, rules::BATCH_GEMM_TILE);
+    assert!(!layers.is_empty() && !layers.contains(&rules::BATCH_GEMM_TILE), "{layers:?}");
+    let (head, _) = tiles("gfx1100", &int8);
+    assert_ne!(head, rules::BATCH_GEMM_TILE, "no int8 GEMM there");
+    let asked = Options { gemm_tile: Some([64, 64]), ..int8.clone() };
+    assert_eq!(tiles("sm_90", &asked).0, [64, 64], "the options set every GEMM's tiles");
+}

@@ -643,6 +643,8 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     }
     let windows = windows(model, options);
     let mut ops = Vec::new();
+    // Kernels planned with other options than the rest: the output projection's GEMM.
+    let mut own = Vec::new();
     // Prompt chunks run on the matrix units: a dense pack's, and a mixture of experts'
     // where its pools take the grouped expert GEMMs (else it reads its prompt in windows:
     // its routing and expert GEMVs take at most MAX_WINDOW).
@@ -668,7 +670,18 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         }
         ops.extend(windows.iter().map(|&window| Op::Gemv(ops::Gemv { quant: t.ty, rows, cols, window })));
         if prefill {
-            ops.push(Op::Gemm(ops::Gemm { quant: t.ty, rows, cols }));
+            let gemm = Op::Gemm(ops::Gemm { quant: t.ty, rows, cols });
+            // The logits of a prompt chunk are its last token's: the output's GEMM only ever
+            // multiplies a batch of decode steps, in a batch's tiles where the int8 GEMM takes it.
+            let narrow = (expected.role == Role::Output || tied_output)
+                .then(|| rules::batch_gemm_options(target, options))
+                .flatten()
+                .map(|narrow| rules::kernel_with(gemm.clone(), target, &narrow))
+                .filter(|k| matches!(k.tuning, Tuning::GemmQ8(_)));
+            match narrow {
+                Some(k) => own.push(k),
+                None => ops.push(gemm),
+            }
             // A batch wider than the verify window: its products on the matrix unit,
             // where the GEMV takes it.
             let batch = ops::BatchGemv { quant: t.ty, rows, cols, max: rules::BATCH_GEMV_COLUMNS };
@@ -725,6 +738,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
     ops.extend(forward.biases().into_iter().flatten());
 
     let mut kernels: Vec<KernelRecord> = ops.into_iter().map(|op| rules::kernel_with(op, target, options)).collect();
+    kernels.extend(own);
     // Int8-dot products read their input quantized once: one quantizer per row length,
     // and where a norm, the attention merge or SiLU·mul makes that input, that kernel
     // quantizes it.
