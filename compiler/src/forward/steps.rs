@@ -426,9 +426,9 @@ impl Walk<'_, '_> {
             return false;
         }
         self.split_attention(l, q, t, seqs, sparse && window.is_none() && seqs == 1, window);
-        // The merge quantizes its output where the output projection reads int8 (not
-        // for a chunk's GEMM, which reads its input as it comes).
-        let merge_q8 = !self.gemm && self.fuse_q8(&self.f.merge(true), &[o], t);
+        // The merge quantizes its output where the output projection reads int8 (a
+        // window's or a batch's GEMV, an int8 GEMM).
+        let merge_q8 = self.fuse_q8(&self.f.merge(true), &[o], t);
         let (partial, splits) = (("partial", at(Buf::Partial)), ("splits", at(Buf::Splits)));
         let mut args = vec![partial, splits, ("out", at(Buf::AttnOut))];
         if merge_q8 {
