@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Prints, for the NVIDIA kernels of an artifacts directory, the registers and spills ptxas
+gives them and the instruction mix of each one's busiest loop (the backward branch's
+body holding the most matrix-unit instructions, the innermost of those): what a kernel spends
+per product, read from the SASS without a GPU.
+
+    scripts/sass-loops.py ARTIFACTS_DIR [KERNEL_REGEX]
+
+Needs ptxas ($STRATA_PTXAS or on the PATH) and cuobjdump with nvdisasm beside it (on the
+PATH): the CUDA toolkit, or without one the PyPI wheels nvidia-cuda-nvcc-cu12 (ptxas),
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (docs/DEVELOPING.md).
+"""
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+
+artifacts = sys.argv[1]
+wanted = re.compile(sys.argv[2] if len(sys.argv) > 2 else ".")
+manifest = tomllib.load(open(f"{artifacts}/manifest.toml", "rb"))
+arch = manifest["target"]["name"]
+if not arch.startswith("sm_"):
+    sys.exit(f"{arch}: not an NVIDIA build (scripts/amd-occupancy.py reads AMD ones)")
+ptxas = os.environ.get("STRATA_PTXAS", "ptxas")
+
+with tempfile.TemporaryDirectory() as tmp:
+    cubin = f"{tmp}/module.cubin"
+    report = subprocess.run([ptxas, f"-arch={arch}", "-v", f"{artifacts}/module.ptx", "-o", cubin],
+                            capture_output=True, text=True, check=True).stderr
+    sass = subprocess.run(["cuobjdump", "-sass", cubin], capture_output=True, text=True, check=True).stdout
+
+# ptxas -v: each entry's registers and spilled bytes.
+resources, name = {}, None
+for line in report.splitlines():
+    if m := re.search(r"entry function '(\w+)'", line):
+        name = m.group(1)
+    elif name and (m := re.search(r"(\d+) bytes spill stores", line)):
+        resources.setdefault(name, {})["spills"] = int(m.group(1))
+    elif name and (m := re.search(r"Used (\d+) registers", line)):
+        resources.setdefault(name, {})["registers"] = int(m.group(1))
+
+MATRIX = ("HMMA", "IMMA", "HGMMA", "IGMMA")
+
+
+def busiest_loop(body):
+    """(mma count, opcodes) of the innermost loop body with the most matrix-unit
+    instructions (the shortest of those that hold as many), else of the shortest loop."""
+    code = []
+    for line in body.splitlines():
+        if m := re.search(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)([.\w]*)(.*)", line):
+            code.append((int(m.group(1), 16), m.group(2), m.group(4)))
+    best = None
+    for at, op, rest in code:
+        target = re.search(r"0x([0-9a-f]+)", rest) if op == "BRA" else None
+        if target and int(target.group(1), 16) < at:
+            ops = [o for a, o, _ in code if int(target.group(1), 16) <= a <= at]
+            mma = sum(o in MATRIX for o in ops)
+            if best is None or (mma, -len(ops)) > (best[0], -len(best[1])):
+                best = (mma, ops)
+    return best
+
+
+print(f"{arch}, {len(manifest['kernels'])} kernels, pack {manifest['pack']['file']}\n")
+print("| kernel | registers | spilled bytes | loop instructions | matrix-unit | a product | most frequent |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+for m in re.finditer(r"Function : (\w+)\n(.*?)(?=\n\s*Function : |\Z)", sass, re.S):
+    kernel, body = m.group(1), m.group(2)
+    if not wanted.search(kernel):
+        continue
+    r = resources.get(kernel, {})
+    loop = busiest_loop(body)
+    if loop is None:
+        print(f"| {kernel} | {r.get('registers', '?')} | {r.get('spills', '?')} | no loop | | | |")
+        continue
+    mma, ops = loop
+    mix = collections.Counter(ops).most_common(8)
+    each = f"{len(ops) / mma:.1f}" if mma else ""
+    print(f"| {kernel} | {r.get('registers', '?')} | {r.get('spills', '?')} | {len(ops)} | {mma} | {each} | "
+          + " ".join(f"{o} {n}" for o, n in mix) + " |")
