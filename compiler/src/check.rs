@@ -68,11 +68,11 @@ fn check_kernel(k: &KernelRecord, target: &Target) -> Vec<CheckError> {
             Dim::Fixed(n) if *n == 0 || *n > cap => {
                 fail(&format!("grid {axis}"), n.to_string(), format!("it must be 1 to {cap}"))
             }
-            Dim::Runtime { arg, per_block } => match k.scalars.iter().find(|s| &s.name == arg) {
+            Dim::Runtime { arg, .. } => match k.scalars.iter().find(|s| &s.name == arg) {
                 None => fail(&format!("grid {axis}"), format!("runtime {arg}"), "no such scalar argument".into()),
-                Some(s) if s.max.div_ceil((*per_block).max(1)) > cap => fail(
+                Some(s) if dim.blocks_for(s.max).unwrap_or(0) > cap => fail(
                     &format!("grid {axis} at its largest {arg} ({})", s.max),
-                    s.max.div_ceil((*per_block).max(1)).to_string(),
+                    dim.blocks_for(s.max).unwrap_or(0).to_string(),
                     format!("grid {axis} allows {cap} blocks"),
                 ),
                 _ => {}

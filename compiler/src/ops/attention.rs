@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Checker, KernelOp, Parts, buffer, c_float, fixed_len, launch, per, rows, scalar};
 use crate::plan::rules::{self, MAX_CONTEXT, MAX_TOKENS, WAVES_PER_BLOCK};
-use crate::plan::{Dim, Elem, KernelRecord, MAX_BATCH, MAX_WINDOW, Options, Tuning};
+use crate::plan::{AttentionTuning, Dim, Elem, KernelRecord, MAX_BATCH, MAX_WINDOW, Options, Tuning};
 use crate::target::Target;
 
 /// Attention of each token of a window, one query per head, over the f16 KV cache,
@@ -41,6 +41,13 @@ pub struct Attention {
     /// every earlier position). Blocks wholly before it are not read.
     #[serde(default, skip_serializing_if = "super::is_zero")]
     pub window: u32,
+}
+
+/// Grid z of attention: the splits a token reading all `n_blocks` of the table uses,
+/// `min(splits, ceil(n_blocks / split_blocks))`, so every split a token uses has its block
+/// (a token reads at most `n_blocks`).
+fn splits_dim(t: &AttentionTuning) -> Dim {
+    Dim::Runtime { arg: "n_blocks".into(), per_block: t.split_blocks, most: t.splits }
 }
 
 impl Attention {
@@ -98,10 +105,13 @@ impl KernelOp for Attention {
         ]);
         Parts {
             // One block per (KV head, token of the window, split): the group's query
-            // heads share every K and V row read.
+            // heads share every K and V row read. Only as many splits as a token reading
+            // every block of the table uses (the context's, not the rule's most): at 1024
+            // positions 8 on a wave of 32, not 64, so a batch's short contexts launch
+            // thousands fewer idle blocks.
             launch: launch(
                 target,
-                [Dim::Fixed(kv_heads), rows("tokens"), Dim::Fixed(t.splits)],
+                [Dim::Fixed(kv_heads), rows("tokens"), splits_dim(&t)],
                 waves * wave,
                 self.shared_bytes(waves, wave),
             ),
@@ -136,11 +146,14 @@ impl KernelOp for Attention {
             c.tuning_missing("attention needs its split rule");
             return;
         };
-        if l.grid[2] != Dim::Fixed(t.splits) || t.split_blocks == 0 || block == 0 {
+        if l.grid[2] != splits_dim(t) || t.split_blocks == 0 || block == 0 {
             c.fail(
                 "splits",
                 format!("grid z {:?}, {} blocks a split, blocks of {block}", l.grid[2], t.split_blocks),
-                format!("grid z must be the {} splits, each of at least one block", t.splits),
+                format!(
+                    "grid z must be the splits of a token reading all n_blocks, at most {}, each of at least one block",
+                    t.splits
+                ),
             );
         }
         c.shared(self.shared_bytes(l.waves, l.wave_size), "queries, tile weights and per-wave softmax states".into());
@@ -160,5 +173,31 @@ impl KernelOp for Attention {
             "state": head_dim + 2, "max_window": MAX_WINDOW,
             "v_lanes": head_dim / 8, "v_rows": k.launch.wave_size / (head_dim / 8).max(1),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Grid z holds a block for every split any token uses: a token reads at most the
+    /// table's `n_blocks` (n_kv ≤ n_ctx and n_blocks = ceil(n_ctx / block)), and its
+    /// splits never outnumber those of a token reading all of them. A short context
+    /// launches few: at 1024 positions 8 on a wave of 32, not the rule's 64.
+    #[test]
+    fn the_grid_holds_every_split_a_token_uses() {
+        for target in crate::target::known() {
+            let t = rules::attention(16, &target);
+            let z = splits_dim(&t);
+            for n_blocks in (1..600).chain([4096, 8192]) {
+                let blocks = z.blocks_for(n_blocks).expect("a runtime dimension");
+                assert!(blocks <= t.splits, "{}: {n_blocks}", target.name);
+                for chosen in 1..=n_blocks.min(600) {
+                    assert!(t.shares(chosen).1 <= blocks, "{}: {chosen} of {n_blocks}", target.name);
+                }
+            }
+            assert_eq!(z.blocks_for(1024 / 16), Some(64u32.div_ceil(t.split_blocks)), "{}", target.name);
+            assert_eq!(z.blocks_for(131_072 / 16), Some(t.splits), "{}", target.name);
+        }
     }
 }

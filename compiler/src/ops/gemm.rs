@@ -103,7 +103,7 @@ impl KernelOp for Gemm {
             if blocks == 0 {
                 return [
                     Dim::Fixed(rows.div_ceil(tile_rows)),
-                    Dim::Runtime { arg: "tokens".into(), per_block: tile_tokens },
+                    Dim::Runtime { arg: "tokens".into(), per_block: tile_tokens, most: 0 },
                     Dim::Fixed(1),
                 ];
             }
@@ -163,7 +163,7 @@ impl KernelOp for Gemm {
                     c.fail("rows covered by the grid", c.grid_x().to_string(), format!("the matrix has {rows}"));
                 }
                 let per_block = match &k.launch.grid[1] {
-                    Dim::Runtime { arg, per_block } if arg == "tokens" => *per_block,
+                    Dim::Runtime { arg, per_block, .. } if arg == "tokens" => *per_block,
                     _ => 0,
                 };
                 if per_block != tile_tokens {

@@ -209,7 +209,8 @@ impl Fault {
     }
 }
 
-/// One grid dimension: fixed at compile time, or `ceil(runtime value / per_block)`.
+/// One grid dimension: fixed at compile time, or `ceil(runtime value / per_block)`, at
+/// most `most` where that is not 0.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Dim {
@@ -221,7 +222,24 @@ pub enum Dim {
         arg: String,
         /// Values covered by one block.
         per_block: u32,
+        /// Most blocks (0: no bound): attention's splits, for instance, past which the
+        /// value needs no more.
+        #[serde(default, skip_serializing_if = "crate::ops::is_zero")]
+        most: u32,
     },
+}
+
+impl Dim {
+    /// The blocks of a runtime dimension for `value` of its argument (`None` for a fixed one).
+    pub fn blocks_for(&self, value: u32) -> Option<u32> {
+        match self {
+            Dim::Fixed(_) => None,
+            Dim::Runtime { per_block, most, .. } => {
+                let n = value.div_ceil((*per_block).max(1));
+                Some(if *most > 0 { n.min(*most) } else { n })
+            }
+        }
+    }
 }
 
 /// How the host launches a kernel: grid, block and dynamic shared memory.
@@ -780,7 +798,9 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
         if let Some(i) = widest {
             k.launch.grid[i] = match &k.launch.grid[i] {
                 Dim::Fixed(n) => Dim::Fixed(n / 2),
-                Dim::Runtime { arg, per_block } => Dim::Runtime { arg: arg.clone(), per_block: per_block * 2 },
+                Dim::Runtime { arg, per_block, most } => {
+                    Dim::Runtime { arg: arg.clone(), per_block: per_block * 2, most: most / 2 }
+                }
             };
         }
     }

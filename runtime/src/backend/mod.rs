@@ -400,8 +400,8 @@ pub fn grid(spec: &KernelRecord, args: &[Arg]) -> [u32; 3] {
             _ => None,
         }
     };
-    spec.launch.grid.clone().map(|d| match d {
-        Dim::Fixed(n) => n,
-        Dim::Runtime { arg, per_block } => scalar(&arg).unwrap_or(0).div_ceil(per_block.max(1)),
+    spec.launch.grid.clone().map(|d| match &d {
+        Dim::Fixed(n) => *n,
+        Dim::Runtime { arg, .. } => d.blocks_for(scalar(arg).unwrap_or(0)).unwrap_or(0),
     })
 }
