@@ -69,11 +69,7 @@ impl KernelOp for AttentionPrefill {
         let t = rules::attention_prefill(self, target);
         // One block per (KV head, tile of tokens): the group's query heads share every
         // K and V tile staged.
-        let grid = [
-            Dim::Fixed(kv_heads),
-            Dim::Runtime { arg: "tokens".into(), per_block: t.block_tokens, most: 0 },
-            Dim::Fixed(1),
-        ];
+        let grid = [Dim::Fixed(kv_heads), super::blocks_of("tokens", t.block_tokens), Dim::Fixed(1)];
         let shared = u32::try_from(self.shared_bytes(&t)).unwrap_or(u32::MAX);
         let threads = t.waves * target.device.wave_size;
         Parts {
@@ -142,7 +138,7 @@ impl KernelOp for AttentionPrefill {
                 format!("a block holds 1 to {rows} rows (16 a wave), at least one token's heads"),
             );
         }
-        let tiles = Dim::Runtime { arg: "tokens".into(), per_block: t.block_tokens, most: 0 };
+        let tiles = super::blocks_of("tokens", t.block_tokens);
         if l.grid[1] != tiles || l.grid[2] != Dim::Fixed(1) {
             c.fail(
                 "grid",

@@ -101,11 +101,7 @@ impl KernelOp for Gemm {
         // One block a tile, or stream-K's blocks and their workspace.
         let grid = |blocks: u32, tile_rows: u32, tile_tokens: u32, buffers: &mut Vec<Buffer>| {
             if blocks == 0 {
-                return [
-                    Dim::Fixed(rows.div_ceil(tile_rows)),
-                    Dim::Runtime { arg: "tokens".into(), per_block: tile_tokens, most: 0 },
-                    Dim::Fixed(1),
-                ];
+                return [Dim::Fixed(rows.div_ceil(tile_rows)), super::blocks_of("tokens", tile_tokens), Dim::Fixed(1)];
             }
             let (part, flags) = Gemm::stream_k_workspace(blocks, tile_rows, tile_tokens);
             buffers.extend([workspace("part", Elem::F32, part), workspace("flags", Elem::I32, flags)]);

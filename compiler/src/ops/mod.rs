@@ -301,7 +301,12 @@ pub(crate) fn scalar(name: &str, max: u32) -> Scalar {
 
 /// A grid dimension of one block per unit of the runtime argument `arg`.
 pub(crate) fn rows(arg: &str) -> Dim {
-    Dim::Runtime { arg: arg.into(), per_block: 1, most: 0 }
+    blocks_of(arg, 1)
+}
+
+/// A grid dimension of one block per `per_block` units of the runtime argument `arg`.
+pub(crate) fn blocks_of(arg: &str, per_block: u32) -> Dim {
+    Dim::Runtime { arg: arg.into(), per_block, most: 0 }
 }
 
 /// A launch of `threads` in the target's waves.

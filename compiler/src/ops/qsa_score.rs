@@ -51,7 +51,7 @@ impl KernelOp for QsaScore {
             // Lane groups of a few KV blocks each, a block row per KV head.
             launch(
                 target,
-                [Dim::Runtime { arg: "n_blocks".into(), per_block, most: 0 }, Dim::Fixed(kv_heads), Dim::Fixed(1)],
+                [super::blocks_of("n_blocks", per_block), Dim::Fixed(kv_heads), Dim::Fixed(1)],
                 threads,
                 self.tile_queries() * head_dim * 4,
             ),

@@ -799,7 +799,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
             k.launch.grid[i] = match &k.launch.grid[i] {
                 Dim::Fixed(n) => Dim::Fixed(n / 2),
                 Dim::Runtime { arg, per_block, most } => {
-                    Dim::Runtime { arg: arg.clone(), per_block: per_block * 2, most: most / 2 }
+                    Dim::Runtime { arg: arg.clone(), per_block: per_block * 2, most: most.div_ceil(2) }
                 }
             };
         }

@@ -400,7 +400,7 @@ pub fn grid(spec: &KernelRecord, args: &[Arg]) -> [u32; 3] {
             _ => None,
         }
     };
-    spec.launch.grid.clone().map(|d| match &d {
+    spec.launch.grid.each_ref().map(|d| match d {
         Dim::Fixed(n) => *n,
         Dim::Runtime { arg, .. } => d.blocks_for(scalar(arg).unwrap_or(0)).unwrap_or(0),
     })
