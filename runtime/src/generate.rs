@@ -51,17 +51,9 @@ pub fn prefill(s: &mut Session, tokens: &[u32]) -> Result<(), RunError> {
 }
 
 /// Reads the next chunk of `tokens` after the `read` already in the KV cache and returns
-/// how many are read now; the last chunk leaves the last token's logits. A caller that
-/// serves several sequences calls it once a turn, so that a long prompt can be abandoned
-/// (client gone) and other sequences step between its chunks.
+/// how many are read now; the last chunk leaves the last token's logits.
 pub fn prefill_chunk(s: &mut Session, tokens: &[u32], read: usize) -> Result<usize, RunError> {
-    prefill_chunk_within(s, tokens, read, usize::MAX)
-}
-
-/// [`prefill_chunk`] reading at most `most` tokens (at least one): a server's step budget
-/// (`--batch-tokens`) caps a prompt's chunk while other sequences decode.
-pub fn prefill_chunk_within(s: &mut Session, tokens: &[u32], read: usize, most: usize) -> Result<usize, RunError> {
-    let rest = tokens.len().saturating_sub(read).min(most.max(1));
+    let rest = tokens.len().saturating_sub(read);
     let end = read + s.model.prompt_passes(rest).first().map_or(0, |p| p.end);
     let Some(part) = tokens.get(read..end).filter(|p| !p.is_empty()) else {
         return Err(RunError::Other(format!("no prompt tokens after {read} of {}", tokens.len())));

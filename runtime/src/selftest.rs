@@ -98,9 +98,10 @@ fn test_scalar(spec: &KernelRecord, name: &str) -> u32 {
         // A GEMM's chunk: a whole tile of tokens and a partial one, so that both the
         // second row of blocks and the guards of the last tile run.
         ("tokens", Some(tile)) => tile + GEMM_PARTIAL_TOKENS,
-        // A prompt chunk after a cached prefix (TEST_POS): partial query and key tiles,
-        // and the causal diagonal inside a key tile.
-        ("tokens", None) if matches!(spec.op, Op::AttentionPrefill(_)) => 37,
+        // Two prompt chunks of 37 (two sequences, each after a cached prefix, TEST_POS):
+        // partial query and key tiles, and the causal diagonal inside a key tile.
+        ("tokens", None) if matches!(spec.op, Op::AttentionPrefill(_)) => 2 * 37,
+        ("seqs", _) if matches!(spec.op, Op::AttentionPrefill(_)) => 2,
         // A batch's GEMV: whole 8-column tiles and a partial one, columns past it unread.
         ("tokens", None) if matches!(spec.op, Op::BatchGemv(_)) => 27,
         // A chunk's routing: more tokens than a wave of the block routes at once.

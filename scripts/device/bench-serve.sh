@@ -70,7 +70,7 @@ while read -r name preset types layers; do
         for n in $ns; do
             line=$(python3 scripts/device/serve_bench.py http://127.0.0.1:18080 "$n" "$max")
             echo "$name $label: $line"
-            summary+=("$name|$label|$n|$(grep -o '= [0-9.]* t/s' <<<"$line" | tr -d '= ')|decoding $(grep -o 'decoding [0-9.]* t/s' <<<"$line" | cut -d' ' -f2)")
+            summary+=("$name|$label|$n|$(grep -o '= [0-9.]* t/s' <<<"$line" | tr -d '= ')|decoding $(grep -o 'decoding [0-9.]* t/s' <<<"$line" | cut -d' ' -f2)|$(grep -o 'first token .*' <<<"$line")")
         done
         if [ "$label" = bin ]; then
             check=$(python3 scripts/device/batch_check.py http://127.0.0.1:18080 8)

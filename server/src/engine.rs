@@ -5,7 +5,9 @@
 //! reads at most `--batch-tokens`: one a decoding sequence, and prompt chunks (`--prefill`
 //! tokens at most) within the rest, the shortest rest of a prompt first while the oldest
 //! request keeps at least half of it (and one token), `prompt_budgets`; a smaller budget
-//! keeps the decoding sequences' token gaps short. Then the sequences that need their next
+//! keeps the decoding sequences' token gaps short. The round's prompt chunks are read
+//! together, several requests' sharing a pass (`Model::read_prompts`), all but a prompt's
+//! last token: that one is decoded with the others. Then the sequences that need their next
 //! token are decoded together, in the batched passes `Model::batch_passes` gives, whose
 //! products read the weights once for all of a pass, each sequence attending over its own
 //! cache. A request whose client went away is dropped before its next chunk or token, and a
@@ -427,12 +429,19 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
         metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
         kv_metrics(&s, &slots, &metrics);
         // Every request's turn: one token reported, or a prompt chunk within the round's
-        // budget.
+        // budget (read together after the tokens).
         let budgets = prompt_budgets(&slots, batch_tokens);
         let mut needs = Vec::new();
+        let mut reads = Vec::new();
         for i in turn_order(&slots) {
             let Some(active) = &mut slots[i] else { continue };
-            let result = turn(&mut s, i, active, budgets[i], &metrics);
+            if active.read < active.job.prompt.len() && !active.job.events.is_closed() {
+                if budgets[i] > 0 {
+                    reads.push((i, budgets[i]));
+                }
+                continue;
+            }
+            let result = turn(&mut s, i, active, &metrics);
             if let Some(experts) = s.model.take_expert_stats() {
                 metrics.experts(&experts);
             }
@@ -444,6 +453,14 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
                     let _ = active.job.events.send(Event::Error(e.to_string()));
                     retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
                 }
+            }
+        }
+        if let Err((e, failed)) = read_prompts(&mut s, &mut slots, &reads, &metrics, &mut needs) {
+            for i in failed {
+                if let Some(active) = &slots[i] {
+                    let _ = active.job.events.send(Event::Error(e.to_string()));
+                }
+                retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
             }
         }
         // Then the next tokens: alone where a request needs it, the rest in batches.
@@ -530,31 +547,17 @@ fn retire(
 enum Turn {
     /// It is over.
     Over,
-    /// Nothing this round: it read a prompt chunk, or has tokens computed ahead.
+    /// Nothing to compute this round: it has tokens computed ahead.
     Busy,
     /// The token after this one (reported, and not yet read by the model).
     Next(u32),
 }
 
-/// One turn of one request: reads one chunk of the prompt (of at most `most` tokens; none
-/// this round if 0) while there is one left (the last chunk picks the first token), then
-/// reports one token, saying whether the token after it is still to compute.
-fn turn(s: &mut Session, slot: usize, a: &mut Active, most: usize, metrics: &Metrics) -> Result<Turn, RunError> {
+/// One turn of a request whose prompt is read: reports one token, saying whether the
+/// token after it is still to compute.
+fn turn(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Result<Turn, RunError> {
     if a.job.events.is_closed() {
         return Ok(Turn::Over); // the client went away
-    }
-    if a.read < a.job.prompt.len() {
-        if most == 0 {
-            return Ok(Turn::Busy);
-        }
-        s.model.select(slot)?;
-        a.read = generate::prefill_chunk_within(s, &a.job.prompt, a.read, most)?;
-        if a.read == a.job.prompt.len() {
-            let first = pick(s, a)?;
-            a.pending.push_back(first);
-            metrics.prompt_tokens(a.job.prompt.len(), a.cached);
-        }
-        return Ok(Turn::Busy);
     }
     let Some((token, logprob)) = a.pending.pop_front() else {
         return Err(RunError::Other("the engine lost its next token".into()));
@@ -597,6 +600,45 @@ fn turn(s: &mut Session, slot: usize, a: &mut Active, most: usize, metrics: &Met
         return Ok(Turn::Over);
     }
     Ok(if a.pending.is_empty() { Turn::Next(token) } else { Turn::Busy })
+}
+
+/// Reads the round's prompt chunks, `(slot, most tokens)`, in shared passes
+/// (`Model::read_prompts`): each request's tokens but its prompt's last, which joins
+/// `needs` (as a decoding request's reported token does) once the rest is read, its
+/// logits picking the first token in the round's decode batch. On a failure, the error
+/// and the slots of every request whose chunk was in the passes.
+fn read_prompts(
+    s: &mut Session,
+    slots: &mut [Option<Active>],
+    reads: &[(usize, usize)],
+    metrics: &Metrics,
+    needs: &mut Vec<(usize, u32)>,
+) -> Result<(), (RunError, Vec<usize>)> {
+    // Per request: the prompt tokens it reads in the passes, and whether its last follows.
+    let mut runs = Vec::with_capacity(reads.len());
+    for &(i, most) in reads {
+        let Some(a) = &slots[i] else { continue };
+        let (len, end) = (a.job.prompt.len(), (a.read + most).min(a.job.prompt.len()));
+        runs.push((i, a.read..end.min(len.saturating_sub(1)), end == len));
+    }
+    let parts: Vec<(usize, &[u32])> = runs
+        .iter()
+        .filter(|(_, run, _)| !run.is_empty())
+        .filter_map(|(i, run, _)| Some((*i, &slots[*i].as_ref()?.job.prompt[run.clone()])))
+        .collect();
+    if let Err(e) = s.model.read_prompts(&parts) {
+        return Err((e, parts.iter().map(|&(i, _)| i).collect()));
+    }
+    for (i, run, last) in runs {
+        let Some(a) = &mut slots[i] else { continue };
+        a.read = run.end;
+        if let (true, Some(&token)) = (last, a.job.prompt.last()) {
+            a.read = a.job.prompt.len();
+            metrics.prompt_tokens(a.read, a.cached);
+            needs.push((i, token));
+        }
+    }
+    Ok(())
 }
 
 /// Computes the token after `token` for one request alone: speculating where it may (the

@@ -314,6 +314,79 @@ fn a_batch_of_sequences_decodes_as_each_does_alone() {
     }
 }
 
+/// Several prompts read together (`Model::read_prompts`: passes holding runs of equal
+/// length of each, on the GEMMs with the prefill attention of several sequences, or in
+/// GEMV windows with split attention) leave each sequence's cache as reading its prompt
+/// alone does: the last prompt tokens, decoded in one batch, give each sequence the
+/// logits (to rounding: other GEMM widths) and first token it gets alone. Dense, Gemma
+/// 3's local layers, a mixture of experts; windows of 4 and of 16.
+#[test]
+fn prompts_read_together_leave_each_cache_as_reading_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lens = [5usize, 9, 17, 30, 1, 12];
+    let prompts: Vec<Vec<u32>> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (0..n as u32).map(|j| (j * 29 + 13 * i as u32 + 3) % 256).collect())
+        .collect();
+    for preset in [Preset::TinyLlama, Preset::TinyGemma3, Preset::TinyQwen3Moe] {
+        let pack = write_pack(dir.path(), preset, &[GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::IQ4_XS]);
+        for window in [4u32, 16] {
+            let name = format!("{} window {window}", preset.name());
+            let open = || {
+                let spec = SpeculativeConfig { window, draft_max: Some(0), ..SpeculativeConfig::OFF };
+                let opts = OpenOptions {
+                    backend: BackendChoice::Cpu,
+                    ctx: Some(64),
+                    prefill: 32,
+                    slots: lens.len(),
+                    spec,
+                    ..OpenOptions::default()
+                };
+                session::open(&pack, &opts, &mut |_| {}).expect("opens on the CPU").model
+            };
+            let vocab;
+            // Alone: each prompt but its last token in its own chunks, then that token.
+            let mut alone = Vec::new();
+            {
+                let mut m = open();
+                assert!(m.prompt_seqs() >= lens.len() as u32, "{name}: {} sequences a pass", m.prompt_seqs());
+                vocab = m.desc.vocab as usize;
+                for (slot, prompt) in prompts.iter().enumerate() {
+                    m.select(slot).expect("a slot");
+                    let body = &prompt[..prompt.len() - 1];
+                    for pass in m.prompt_passes(body.len()) {
+                        m.forward(&body[pass], Logits::None).expect("reads");
+                    }
+                    m.decode(prompt[prompt.len() - 1]).expect("decodes");
+                    alone.push(m.logits(1).expect("logits"));
+                }
+            }
+            // Together: every prompt's body in shared passes, the last tokens in one batch.
+            let mut m = open();
+            let bodies: Vec<(usize, &[u32])> =
+                prompts.iter().enumerate().map(|(slot, p)| (slot, &p[..p.len() - 1])).collect();
+            m.read_prompts(&bodies).expect("the prompts are read together");
+            for (slot, prompt) in prompts.iter().enumerate() {
+                assert_eq!(m.pos_of(slot) as usize, prompt.len() - 1, "{name}: slot {slot}");
+            }
+            let batch: Vec<(usize, u32)> = prompts.iter().enumerate().map(|(slot, p)| (slot, p[p.len() - 1])).collect();
+            m.decode_batch(&batch).expect("a batch decodes");
+            let rows = m.logits(batch.len() as u32).expect("logits");
+            for (slot, row) in rows.chunks_exact(vocab).enumerate() {
+                let most = alone[slot].iter().zip(row).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(most <= 1e-3, "{name}: sequence {slot}: logits differ by {most}");
+                assert_eq!(greedy(row), greedy(&alone[slot]), "{name}: sequence {slot}'s first token");
+            }
+            // Refused: a slot named twice, a prompt past the context.
+            let e = m.read_prompts(&[(0, &[1, 2]), (0, &[3])]).expect_err("twice").to_string();
+            assert!(e.contains("twice"), "{e}");
+            let e = m.read_prompts(&[(1, &[1; 64])]).expect_err("too long").to_string();
+            assert!(e.contains("the context is full"), "{e}");
+        }
+    }
+}
+
 /// `bench --batch --profile`'s step, run launch by launch with a timing mark after each,
 /// is the batched step: every launch named with a time, the argmax last, the same next
 /// tokens as the step replayed from its graph, and the sequences left where that step

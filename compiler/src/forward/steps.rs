@@ -266,10 +266,11 @@ pub trait Compiled {
 pub struct Pass<'a> {
     /// Tokens in the window.
     pub tokens: u32,
-    /// Sequences in the window (a batch of decode steps): each takes `tokens / seqs`
-    /// consecutive columns at its own next positions in its own KV caches; 1 for a
-    /// prompt chunk or a verify window. A batch attends densely and splits its
-    /// attention (no prefill attention).
+    /// Sequences in the window: each takes `tokens / seqs` consecutive columns at its
+    /// own next positions in its own KV caches; 1 for a prompt chunk or a verify window.
+    /// A batch of decode steps (one column each) splits its attention; prompt chunks of
+    /// several sequences on the matrix units take the prefill attention. Either attends
+    /// densely.
     pub seqs: u32,
     /// Which logits it leaves.
     pub logits: Logits,
@@ -402,7 +403,7 @@ impl Walk<'_, '_> {
         let tokens = ("tokens", Value::Count(t));
         let window = self.f.window(l);
         if self.gemm
-            && seqs == 1
+            && (seqs == 1 || t > seqs)
             && let Some(prefill) = self.f.attention_prefill(window)
         {
             let (k, v) = (at(Buf::KCaches(l)), at(Buf::VCaches(l)));
@@ -417,6 +418,7 @@ impl Walk<'_, '_> {
             ];
             let sizes = [
                 tokens,
+                ("seqs", Value::Count(seqs)),
                 ("n_ctx", Value::Ctx),
                 ("n_blocks", Value::Blocks),
                 ("cache_rows", Value::CacheRows),
@@ -630,7 +632,8 @@ fn ffn_inputs(ly: &LayerShape, t: u32) -> Vec<Matrix> {
 impl Forward {
     /// Every step of `pass`, in launch order.
     pub fn steps(&self, pass: &Pass<'_>, compiled: &mut dyn Compiled) -> Vec<Step> {
-        let batch = pass.gemm && pass.seqs > 1;
+        // A batch of decode steps (several prompts' chunks are not one).
+        let batch = pass.gemm && pass.seqs > 1 && pass.tokens == pass.seqs;
         let mut w = Walk { f: self, k: compiled, steps: Vec::new(), gemm: pass.gemm, batch };
         let t = pass.tokens;
         let (qd, kd) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);

@@ -5,19 +5,21 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Checker, KernelOp, Parts, buffer, c_float, fixed_len, launch, launch_dynamic, per, scalar};
+use super::{Checker, KernelOp, Parts, buffer, c_float, launch, launch_dynamic, per, scalar};
 use crate::plan::rules::{self, MAX_CONTEXT, MAX_TOKENS};
-use crate::plan::{AttentionPrefillTuning, Dim, Elem, KernelRecord, Options, Tuning};
+use crate::plan::{AttentionPrefillTuning, Dim, Elem, KernelRecord, MAX_BATCH, Options, Tuning};
 use crate::target::Target;
 
 /// Largest head length: a wave keeps its 16 rows' output accumulators (16 × head_dim
 /// floats) in registers, which 128 still leaves room for without spills.
 pub const MAX_HEAD_DIM: u32 = 128;
 
-/// `out[t][h] = softmax(q[t][h] · K[0..=pos[0]+t]ᵀ · scale) · V` for each token `t` of a
-/// chunk at `pos[0]` and query head `h` (grouped-query: head `h` reads KV head
-/// `h / (heads / kv_heads)`), the keys and values read from the pages of cache slot
-/// `slots[0]` (paged KV, as [`super::RopeStore`] stores them).
+/// `out[t][h] = softmax(q[t][h] · K[0..=pos[s]+i]ᵀ · scale) · V` for each token `t`, the
+/// `i`-th of sequence `s`, and query head `h` (grouped-query: head `h` reads KV head
+/// `h / (heads / kv_heads)`): a pass holds `seqs` prompt chunks of `tokens / seqs` columns
+/// each (several requests' prompts read in one pass), sequence `s`'s keys and values
+/// read from the pages of cache slot `slots[s]` (paged KV, as [`super::RopeStore`]
+/// stores them).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttentionPrefill {
     /// Query heads.
@@ -67,9 +69,9 @@ impl KernelOp for AttentionPrefill {
         let AttentionPrefill { heads, kv_heads, head_dim, .. } = *self;
         let (q_width, kv_width) = (heads * head_dim, kv_heads * head_dim);
         let t = rules::attention_prefill(self, target);
-        // One block per (KV head, tile of tokens): the group's query heads share every
-        // K and V tile staged.
-        let grid = [Dim::Fixed(kv_heads), super::blocks_of("tokens", t.block_tokens), Dim::Fixed(1)];
+        // One block per (KV head, tile of a sequence's tokens, sequence): the group's query
+        // heads share every K and V tile staged. y covers one sequence holding every token.
+        let grid = [Dim::Fixed(kv_heads), super::blocks_of("tokens", t.block_tokens), super::blocks_of("seqs", 1)];
         let shared = u32::try_from(self.shared_bytes(&t)).unwrap_or(u32::MAX);
         let threads = t.waves * target.device.wave_size;
         Parts {
@@ -83,12 +85,13 @@ impl KernelOp for AttentionPrefill {
                 buffer("k_cache", Elem::F16, per("cache_rows", kv_width), false),
                 buffer("v_cache", Elem::F16, per("cache_rows", kv_width), false),
                 buffer("out", Elem::F32, per("tokens", q_width), true),
-                buffer("pos", Elem::I32, fixed_len(1u32), false),
-                buffer("slots", Elem::I32, fixed_len(1u32), false),
+                buffer("pos", Elem::I32, per("seqs", 1), false),
+                buffer("slots", Elem::I32, per("seqs", 1), false),
                 buffer("pages", Elem::I32, per("table_entries", 1), false),
             ],
             scalars: vec![
                 scalar("tokens", MAX_TOKENS),
+                scalar("seqs", MAX_BATCH),
                 scalar("n_ctx", MAX_CONTEXT),
                 scalar("n_blocks", MAX_CONTEXT),
                 scalar("cache_rows", u32::MAX),
@@ -139,11 +142,11 @@ impl KernelOp for AttentionPrefill {
             );
         }
         let tiles = super::blocks_of("tokens", t.block_tokens);
-        if l.grid[1] != tiles || l.grid[2] != Dim::Fixed(1) {
+        if l.grid[1] != tiles || l.grid[2] != super::blocks_of("seqs", 1) {
             c.fail(
                 "grid",
                 format!("y {:?}, z {:?}", l.grid[1], l.grid[2]),
-                format!("y covers the tokens {} a block, z is 1", t.block_tokens),
+                format!("y covers the tokens {} a block, z the sequences", t.block_tokens),
             );
         }
         // A row's scores are reduced by wave / 16 lanes, each over a contiguous run of
@@ -176,7 +179,6 @@ impl KernelOp for AttentionPrefill {
                 );
             }
         }
-        c.extents.push(("pos", 1));
     }
 
     fn tolerance(&self) -> f64 {

@@ -71,7 +71,7 @@ impl Model {
     }
 
     /// The steps of the pass of `t` tokens over `slots` with `logits` (made once and
-    /// kept).
+    /// kept, but for several prompts' chunks, whose shapes are many and each rare).
     pub(super) fn steps_of(
         &mut self,
         t: u32,
@@ -84,6 +84,7 @@ impl Model {
             return Err(RunError::Other(format!("a pass of {t} tokens cannot hold {seqs} sequences")));
         }
         let sparse_from = self.qsa.filter(|_| sparse).map(|_| qsa::DENSE_LAYERS as u32);
+        let kept = seqs == 1 || t == seqs;
         Ok(match self.passes.get(&(t, seqs, logits, sparse_from)) {
             Some(steps) => steps.clone(),
             None => {
@@ -98,7 +99,9 @@ impl Model {
                     gemm: t > self.window && self.chunk_gemm,
                 };
                 let steps: Arc<[Step]> = self.ops.steps(&pass, &mut self.kernels).into();
-                self.passes.insert((t, seqs, logits, sparse_from), steps.clone());
+                if kept {
+                    self.passes.insert((t, seqs, logits, sparse_from), steps.clone());
+                }
                 steps
             }
         })

@@ -19,6 +19,7 @@ pub mod experts;
 mod forward;
 mod graphs;
 mod kv;
+mod prompts;
 pub mod qsa;
 mod rope;
 mod scan;
@@ -82,6 +83,8 @@ pub struct Model {
     /// Most columns of the batch GEMVs the products of a pass wider than `window`
     /// take, where a layer's products have them (else 0).
     batch_gemv: u32,
+    /// Most sequences a pass of several prompts' chunks holds ([`Model::read_prompts`]).
+    prompt_seqs: u32,
     /// Per layer: the KV cache pool, pages of every sequence slot.
     pub(crate) caches: Vec<Cache>,
     /// Which pages each slot holds (the page table).
@@ -248,6 +251,15 @@ impl Model {
         };
         let built = seqs_max(ops.rope_store()).min(seqs_max(ops.attention(false, None))).unwrap_or(0);
         let batch = if chunk_gemm { chunk.min(MAX_BATCH).min(built).max(window) } else { window };
+        // Several prompts' chunks share a GEMM pass where the prefill attention takes
+        // several sequences (artifacts from before it did take one), or split attention
+        // reads the chunks (heads too long for the prefill tiles).
+        let prompt_seqs = match ops.attention_prefill(None) {
+            _ if !chunk_gemm => 1,
+            Some(attention) => seqs_max(attention).unwrap_or(1).min(built),
+            None => built,
+        };
+        let prompt_seqs = prompt_seqs.clamp(1, MAX_BATCH);
         let shapes = (0..layers.len())
             .map(|l| {
                 let pools = experts.as_ref().map(|x| (x.gate_up[l].ty, x.down[l].ty));
@@ -283,6 +295,7 @@ impl Model {
             chunk_gemm,
             batch,
             batch_gemv,
+            prompt_seqs,
             caches,
             pages,
             block,

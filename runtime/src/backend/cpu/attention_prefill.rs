@@ -8,27 +8,42 @@ use super::RunError;
 use super::io::OpIo;
 use strata_compiler::ops;
 
-/// `out[t][h]` for the `tokens` tokens from position `pos` of the sequence in the pages of
-/// cache slot `slots[0]` (a token past `n_ctx` leaves its rows as they were, as does every
-/// token where a page is not in the pools).
+/// `out[t][h]` for the `tokens` tokens of `seqs` sequences of `tokens / seqs` columns each,
+/// sequence `s`'s from position `pos[s]` in the pages of cache slot `slots[s]` (a token past
+/// `n_ctx` leaves its rows as they were, as does every token where a page of some
+/// sequence is not in the pools).
 pub(super) fn run(op: &ops::AttentionPrefill, io: &mut OpIo) -> Result<(), RunError> {
     let ops::AttentionPrefill { heads, kv_heads, head_dim, scale, window, page } = *op;
     let (heads, kv_heads, hd) = (heads as usize, kv_heads as usize, head_dim as usize);
     let (n_ctx, tokens) = (io.scalar("n_ctx") as usize, io.scalar("tokens") as usize);
-    let pos = io.ints("pos", 1)[0] as usize;
+    let seqs = (io.scalar("seqs") as usize).max(1);
+    let per = tokens / seqs;
+    let pos: Vec<usize> = io.ints("pos", seqs).iter().map(|&p| p.max(0) as usize).collect();
+    let slots: Vec<usize> = io.ints("slots", seqs).iter().map(|&s| s.max(0) as usize).collect();
     let (width, group) = (kv_heads * hd, heads / kv_heads.max(1));
     let q = io.floats("q", tokens * heads * hd);
-    let most = (pos + tokens).min(n_ctx);
-    let (pages, slot) = (io.pages(page), io.ints("slots", 1).first().map_or(0, |&s| s.max(0) as usize));
-    let gather = |name| pages.gather(io.input(name), slot, most, width);
+    let pages = io.pages(page);
     let mut out = io.floats("out", tokens * heads * hd);
-    let (Some(kc), Some(vc)) = (gather("k_cache"), gather("v_cache")) else {
+    // Each sequence's keys and values, its positions up to its last token's.
+    let caches: Option<Vec<(Vec<f32>, Vec<f32>)>> = (0..seqs)
+        .map(|s| {
+            let most = (pos.get(s)? + per).min(n_ctx);
+            let slot = *slots.get(s)?;
+            Some((
+                pages.gather(io.input("k_cache"), slot, most, width)?,
+                pages.gather(io.input("v_cache"), slot, most, width)?,
+            ))
+        })
+        .collect();
+    let Some(caches) = caches else {
         io.output_floats("out", &out);
         return Ok(());
     };
     out.par_chunks_mut(hd).enumerate().for_each(|(i, out)| {
         let (t, h) = (i / heads, i % heads);
-        let (kvh, n_kv) = (h / group, pos + t + 1);
+        let seq = t / per.max(1);
+        let Some((kc, vc)) = caches.get(seq) else { return };
+        let (kvh, n_kv) = (h / group, pos[seq] + t % per.max(1) + 1);
         if n_kv > n_ctx {
             return;
         }
@@ -101,8 +116,14 @@ mod tests {
         ];
         let names = ["q", "k_cache", "v_cache", "out", "pos", "slots", "pages"];
         let mut args: Vec<(&str, Arg)> = names.iter().zip(bufs).map(|(n, b)| (*n, Arg::Buf(b, 0))).collect();
-        let scalars =
-            [("tokens", tokens as u32), ("n_ctx", n_ctx), ("n_blocks", 1), ("cache_rows", 32), ("table_entries", 1)];
+        let scalars = [
+            ("tokens", tokens as u32),
+            ("seqs", 1),
+            ("n_ctx", n_ctx),
+            ("n_blocks", 1),
+            ("cache_rows", 32),
+            ("table_entries", 1),
+        ];
         args.extend(scalars.map(|(n, v)| (n, Arg::U32(v))));
         cpu.call(&spec, &args).expect("runs");
         let mut out = vec![0u8; out_len * 4];
