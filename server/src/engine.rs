@@ -602,11 +602,14 @@ fn turn(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
     Ok(if a.pending.is_empty() { Turn::Next(token) } else { Turn::Busy })
 }
 
-/// Reads the round's prompt chunks, `(slot, most tokens)`, in shared passes
-/// (`Model::read_prompts`): each request's tokens but its prompt's last, which joins
-/// `needs` (as a decoding request's reported token does) once the rest is read, its
-/// logits picking the first token in the round's decode batch. On a failure, the error
-/// and the slots of every request whose chunk was in the passes.
+/// Reads the round's prompt chunks, `(slot, most tokens)`, a chunk (`--prefill`) at most
+/// each, in shared passes (`Model::read_prompts`): each request's tokens but its prompt's
+/// last, which joins `needs` (as a decoding request's reported token does) once the rest
+/// is read, its logits picking the first token in the round's decode batch. A prompt
+/// whose rest fits a window is read in window passes, each row as reading it alone
+/// computes it (so a short request's text is the same batched or alone); longer ones
+/// share the GEMMs' passes. On a failure, the error and the slots of every request whose
+/// chunk was in the passes.
 fn read_prompts(
     s: &mut Session,
     slots: &mut [Option<Active>],
@@ -614,28 +617,33 @@ fn read_prompts(
     metrics: &Metrics,
     needs: &mut Vec<(usize, u32)>,
 ) -> Result<(), (RunError, Vec<usize>)> {
-    // Per request: the prompt tokens it reads in the passes, and whether its last follows.
+    let (window, chunk) = (s.model.window(), s.model.chunk().max(1));
+    // Per request: the prompt tokens it reads in the passes, whether its last follows, and
+    // whether the rest of its prompt fits a window.
     let mut runs = Vec::with_capacity(reads.len());
     for &(i, most) in reads {
         let Some(a) = &slots[i] else { continue };
-        let (len, end) = (a.job.prompt.len(), (a.read + most).min(a.job.prompt.len()));
-        runs.push((i, a.read..end.min(len.saturating_sub(1)), end == len));
+        let (len, body) = (a.job.prompt.len(), a.job.prompt.len().saturating_sub(1));
+        let end = (a.read + most.min(chunk as usize)).min(len);
+        runs.push((i, a.read..end.min(body), end == len, body - a.read.min(body) <= window as usize));
     }
-    let parts: Vec<(usize, &[u32])> = runs
-        .iter()
-        .filter(|(_, run, _)| !run.is_empty())
-        .filter_map(|(i, run, _)| Some((*i, &slots[*i].as_ref()?.job.prompt[run.clone()])))
-        .collect();
-    if let Err(e) = s.model.read_prompts(&parts) {
-        return Err((e, parts.iter().map(|&(i, _)| i).collect()));
-    }
-    for (i, run, last) in runs {
-        let Some(a) = &mut slots[i] else { continue };
-        a.read = run.end;
-        if let (true, Some(&token)) = (last, a.job.prompt.last()) {
-            a.read = a.job.prompt.len();
-            metrics.prompt_tokens(a.read, a.cached);
-            needs.push((i, token));
+    for short in [true, false] {
+        let parts: Vec<(usize, &[u32])> = runs
+            .iter()
+            .filter(|(_, run, _, fits)| !run.is_empty() && *fits == short)
+            .filter_map(|(i, run, _, _)| Some((*i, &slots[*i].as_ref()?.job.prompt[run.clone()])))
+            .collect();
+        if let Err(e) = s.model.read_prompts(&parts, if short { window } else { chunk }) {
+            return Err((e, parts.iter().map(|&(i, _)| i).collect()));
+        }
+        for (i, run, last, _) in runs.iter().filter(|(.., fits)| *fits == short) {
+            let Some(a) = &mut slots[*i] else { continue };
+            a.read = run.end;
+            if let (true, Some(&token)) = (*last, a.job.prompt.last()) {
+                a.read = a.job.prompt.len();
+                metrics.prompt_tokens(a.read, a.cached);
+                needs.push((*i, token));
+            }
         }
     }
     Ok(())

@@ -318,8 +318,9 @@ fn a_batch_of_sequences_decodes_as_each_does_alone() {
 /// length of each, on the GEMMs with the prefill attention of several sequences, or in
 /// GEMV windows with split attention) leave each sequence's cache as reading its prompt
 /// alone does: the last prompt tokens, decoded in one batch, give each sequence the
-/// logits (to rounding: other GEMM widths) and first token it gets alone. Dense, Gemma
-/// 3's local layers, a mixture of experts; windows of 4 and of 16.
+/// logits (to rounding: other GEMM widths) and first token it gets alone, and exactly
+/// those where the prompts fit a window and share window passes. Dense, Gemma 3's local
+/// layers, a mixture of experts; windows of 4 and of 16.
 #[test]
 fn prompts_read_together_leave_each_cache_as_reading_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -366,7 +367,7 @@ fn prompts_read_together_leave_each_cache_as_reading_alone() {
             let mut m = open();
             let bodies: Vec<(usize, &[u32])> =
                 prompts.iter().enumerate().map(|(slot, p)| (slot, &p[..p.len() - 1])).collect();
-            m.read_prompts(&bodies).expect("the prompts are read together");
+            m.read_prompts(&bodies, m.chunk()).expect("the prompts are read together");
             for (slot, prompt) in prompts.iter().enumerate() {
                 assert_eq!(m.pos_of(slot) as usize, prompt.len() - 1, "{name}: slot {slot}");
             }
@@ -378,10 +379,23 @@ fn prompts_read_together_leave_each_cache_as_reading_alone() {
                 assert!(most <= 1e-3, "{name}: sequence {slot}: logits differ by {most}");
                 assert_eq!(greedy(row), greedy(&alone[slot]), "{name}: sequence {slot}'s first token");
             }
+            // The prompts whose bodies fit a window, read together in window passes: each
+            // row as reading it alone computes it, bit for bit.
+            let mut m = open();
+            let short: Vec<usize> = (0..prompts.len()).filter(|&i| prompts[i].len() <= window as usize + 1).collect();
+            let bodies: Vec<(usize, &[u32])> =
+                short.iter().map(|&i| (i, &prompts[i][..prompts[i].len() - 1])).collect();
+            m.read_prompts(&bodies, window).expect("the short prompts are read together");
+            let batch: Vec<(usize, u32)> = short.iter().map(|&i| (i, prompts[i][prompts[i].len() - 1])).collect();
+            m.decode_batch(&batch).expect("a batch decodes");
+            let rows = m.logits(batch.len() as u32).expect("logits");
+            for (&i, row) in short.iter().zip(rows.chunks_exact(vocab)) {
+                assert!(row == alone[i].as_slice(), "{name}: sequence {i}'s logits, read in a shared window pass");
+            }
             // Refused: a slot named twice, a prompt past the context.
-            let e = m.read_prompts(&[(0, &[1, 2]), (0, &[3])]).expect_err("twice").to_string();
+            let e = m.read_prompts(&[(0, &[1, 2]), (0, &[3])], 32).expect_err("twice").to_string();
             assert!(e.contains("twice"), "{e}");
-            let e = m.read_prompts(&[(1, &[1; 64])]).expect_err("too long").to_string();
+            let e = m.read_prompts(&[(1, &[1; 65])], 32).expect_err("too long").to_string();
             assert!(e.contains("the context is full"), "{e}");
         }
     }

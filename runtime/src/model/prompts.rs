@@ -2,7 +2,9 @@
 //! prompts arriving together cost about one weight read a pass, not one each. A pass
 //! holds the same number of tokens of each of its sequences (its columns are `seqs`
 //! runs of equal length, as the kernels lay a pass out), so prompts of different
-//! lengths take a few passes: [`prompt_batches`].
+//! lengths take a few passes: [`prompt_batches`]. Passes of up to a window take the
+//! window GEMVs, each row computed as reading its chunk alone computes it (on the CPU,
+//! bit for bit); wider ones the GEMMs, to rounding.
 
 use std::ops::Range;
 
@@ -20,10 +22,12 @@ impl Model {
     }
 
     /// Reads each `(slot, tokens)` at its slot's next positions into its KV cache,
-    /// leaving no logits: the chunks in as few passes as [`prompt_batches`] makes of
-    /// them, one prompt's alone as [`Model::forward`] reads a chunk. Each slot at most
-    /// once; a slot's tokens must fit its context.
-    pub fn read_prompts(&mut self, parts: &[(usize, &[u32])]) -> Result<(), RunError> {
+    /// leaving no logits: the chunks in as few passes of at most `most` tokens (at
+    /// most a prompt chunk, [`Model::chunk`]) as [`prompt_batches`] makes of them, one
+    /// prompt's alone as [`Model::forward`] reads a chunk. With `most` at most
+    /// [`Model::window`], every pass takes the window GEMVs. Each slot at most once; a
+    /// slot's tokens must fit its context.
+    pub fn read_prompts(&mut self, parts: &[(usize, &[u32])], most: u32) -> Result<(), RunError> {
         for (i, &(slot, tokens)) in parts.iter().enumerate() {
             if slot >= self.pos.len() || parts[..i].iter().any(|&(s, _)| s == slot) {
                 return Err(RunError::Other(format!("prompts name slot {slot} twice or of {}", self.pos.len())));
@@ -38,8 +42,8 @@ impl Model {
             }
         }
         let lens: Vec<usize> = parts.iter().map(|(_, tokens)| tokens.len()).collect();
-        let most = if self.chunk_gemm { self.chunk } else { self.window };
-        for pass in prompt_batches(&lens, most as usize, self.prompt_seqs as usize) {
+        let widest = if self.chunk_gemm { self.chunk.max(self.window) } else { self.window };
+        for pass in prompt_batches(&lens, most.clamp(1, widest) as usize, self.prompt_seqs as usize) {
             if let [(i, range)] = pass.as_slice() {
                 let (slot, tokens) = parts[*i];
                 self.select(slot)?;
