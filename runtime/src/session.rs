@@ -354,7 +354,10 @@ pub fn open(pack_path: &Path, opts: &OpenOptions, report: &mut dyn FnMut(Event<'
             None => opts.spec.window,
         };
         let window = window.max(batch_window(opts.slots));
-        (Kernels::planned(target, opts.int8).with_qsa_block(opts.qsa.block), window.max(1), None)
+        // The reference keeps small matrices' products float by default (NVIDIA's int8
+        // everywhere is a speed choice the oracle need not make).
+        let int8 = if opts.int8 == Int8Dot::Auto { Int8Dot::Large } else { opts.int8 };
+        (Kernels::planned(target, int8).with_qsa_block(opts.qsa.block), window.max(1), None)
     } else {
         let art = prepare_device(&pack, backend.as_mut(), opts, report)?;
         let compiled = art.manifest.options.verify_window.clamp(1, MAX_WINDOW);

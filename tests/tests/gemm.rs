@@ -102,8 +102,8 @@ fn wave32_amd_gemms_compile_in_the_cuda_dialect() {
 /// The generated GEMM kernel text per matrix unit: mma.sync (sm_90), WMMA (gfx1100),
 /// MFMA (gfx90a) and none (gfx1030), a K-quant, a legacy type and an i-quant (on sm_90
 /// the int8 GEMM for Q4_0, signed, and IQ2_XS, half scales with a lookup grid; the small
-/// Q4_K matrix stays on the f16 GEMM by the size rule), a matrix that fills whole tiles
-/// and one that does not.
+/// Q4_K matrix stays on the f16 GEMM by the size rule, `--int8 large`), a matrix that fills
+/// whole tiles and one that does not.
 #[test]
 fn gemm_kernel_snapshots() {
     for name in ["sm_90", "gfx1100", "gfx90a", "gfx1030"] {
@@ -113,8 +113,9 @@ fn gemm_kernel_snapshots() {
             ops::Gemm { quant: GgmlType::Q4_K, rows: 1000, cols: 512 }.into(),
             ops::Gemm { quant: GgmlType::IQ2_XS, rows: 4096, cols: 4096 }.into(),
         ];
-        let kernels = ops.into_iter().map(|op| rules::kernel(op, &target)).collect();
-        let plan = Plan { target: target.name.clone(), options: Options::default(), kernels };
+        let options = Options { int8: Int8Dot::Large, ..Options::default() };
+        let kernels = ops.into_iter().map(|op| rules::kernel_with(op, &target, &options)).collect();
+        let plan = Plan { target: target.name.clone(), options, kernels };
         let module = emit::emit(&plan, &target, Dialect::native(&target)).expect("renders");
         let unit = module.source.split("// ---- strata matrix unit").nth(1).and_then(|s| s.split("\n// ----").next());
         let mut text = format!("// ---- strata matrix unit{}\n", unit.expect("the matrix unit is in the module"));

@@ -59,10 +59,11 @@ struct CompileArgs {
     /// prelude and build them for this NVIDIA target.
     #[arg(long, value_name = "NVIDIA_TARGET")]
     run_on: Option<String>,
-    /// Int8-dot GEMVs (input quantized to int8, integer dot products): `auto` where the
-    /// matrix is large enough to be bound by its weight reads, `always` wherever the
-    /// target and quant type allow, `never` (GEMMs too: `auto` and `always` give the int8
-    /// GEMM wherever the target and type allow it).
+    /// Int8-dot GEMVs (input quantized to int8, integer dot products): `auto` every matrix
+    /// on NVIDIA and as `large` on AMD, `large` where the matrix is large enough to be
+    /// bound by its weight reads (at least 1 MiB), `always` wherever the target and quant
+    /// type allow, `never` (GEMMs too: the others give the int8 GEMM wherever the target
+    /// and type allow it and the GEMV of the same matrix is int8).
     #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<Int8Dot>())]
     int8: Int8Dot,
     /// Rows each wave of an int8 GEMV decodes together, instead of the rule's (tuning

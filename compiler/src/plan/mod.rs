@@ -146,10 +146,14 @@ fn is_true(b: &bool) -> bool {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Int8Dot {
-    /// Where the target has an int8 dot instruction, the type an int8 decoder, and the
-    /// matrix is large enough to be bound by its weight reads.
+    /// Where the target has an int8 dot instruction and the type an int8 decoder: on
+    /// NVIDIA every matrix, elsewhere as [`Int8Dot::Large`] ([`rules::int8_by_default`]).
     #[default]
     Auto,
+    /// Only matrices large enough to be bound by their weight reads
+    /// ([`rules::INT8_MIN_BYTES`], rows of whole 16-byte vectors): the CPU reference's
+    /// choice, whose small models' products stay float.
+    Large,
     /// Wherever the target and the type allow, whatever the size (tests; small models).
     Always,
     /// Never: every product dequantizes to float (to compare the two paths' numerics).
@@ -174,9 +178,10 @@ impl std::str::FromStr for Int8Dot {
     fn from_str(s: &str) -> Result<Int8Dot, String> {
         match s {
             "auto" => Ok(Int8Dot::Auto),
+            "large" => Ok(Int8Dot::Large),
             "always" => Ok(Int8Dot::Always),
             "never" => Ok(Int8Dot::Never),
-            _ => Err(format!("{s:?} is not auto, always or never")),
+            _ => Err(format!("{s:?} is not auto, large, always or never")),
         }
     }
 }

@@ -41,12 +41,28 @@ pub const INT8_DOT: [GgmlType; 9] = [
     GgmlType::IQ3_XXS,
     GgmlType::IQ3_S,
 ];
-/// Smallest weight matrix that takes the int8 path by default. Below it a product is
-/// bound by launch latency rather than by its weight reads, and an extra quantizer
-/// launch could cost more than the cheaper dot products save. SmolLM2's layer matrices
-/// (0.6 MB at most) stay below it; an 8B IQ1_M output projection (3.7 MB) does not: on
-/// the float path it took 17 µs, three times its int8 time.
+/// Smallest weight matrix that takes the int8 path under [`Int8Dot::Large`] (and by
+/// default on AMD). Below it a product was taken to be bound by launch latency rather
+/// than by its weight reads, where a separate quantizer launch could cost more than the
+/// cheaper dot products save (the norms now quantize the input as they write it).
 pub const INT8_MIN_BYTES: u64 = 1 << 20;
+
+/// Whether a matrix of `rows` rows of `row_bytes` takes the int8 path under
+/// [`Int8Dot::Auto`]: every one on NVIDIA, where the int8-dot GEMV beats the float one
+/// even on SmolLM2's 0.2-0.6 MB matrices of 360-byte rows (an H100: one stream 1195 →
+/// 1423 t/s, 8 sequences 2946 → 6819, 16 3006 → 9954) at the float path's quality (its
+/// perplexity on two texts within 0.3%; docs/PERFORMANCE.md); on AMD, not measured (no
+/// device), as [`Int8Dot::Large`].
+pub fn int8_by_default(target: &Target, rows: u32, row_bytes: u64) -> bool {
+    target.vendor == Vendor::Nvidia || int8_large(rows, row_bytes)
+}
+
+/// [`Int8Dot::Large`]'s matrices: at least [`INT8_MIN_BYTES`], of whole 16-byte rows
+/// (narrower loads did not reach the bandwidth that paid for a quantizer launch).
+fn int8_large(rows: u32, row_bytes: u64) -> bool {
+    u64::from(rows) * row_bytes >= INT8_MIN_BYTES && row_bytes.is_multiple_of(16)
+}
+
 /// Bytes a wave keeps in flight per slab of an int8 GEMV, at least.
 pub const SLAB_TARGET_BYTES: u32 = 1024;
 /// Largest (chunks a lane decodes per slab) × window in an int8 GEMV. A lane keeps its
@@ -303,10 +319,9 @@ pub fn gemm(target: &Target, options: &Options, quant: GgmlType, cols: u32) -> G
 /// path: a target whose matrix unit is `mma.sync` (int8 m16n8k32), a type with an int8
 /// decoder ([`INT8_DOT`]), rows of whole 16-byte pieces (the decoders' aligned loads see
 /// a staged super-step where the row's own alignment puts it) of whole 64-feature steps,
-/// and `options.int8_gemm`; by default (`Int8Dot::Auto`) only where the GEMV of the same
-/// matrix takes the int8 path by its size ([`INT8_MIN_BYTES`]), so a model whose products
-/// stay float in decode reads its prompts in float too (int8 activations changed the
-/// greedy answer of SmolLM2-135M's chat test; its matrices are below the size).
+/// and `options.int8_gemm`; under `Int8Dot::Auto` and `Large` only where the GEMV of the
+/// same matrix takes the int8 path ([`int8_by_default`], [`INT8_MIN_BYTES`]), so a model
+/// whose products stay float in decode reads its prompts in float too.
 ///
 /// The weights decode once per block tile to one byte an element instead of an f16
 /// pair's half, and the input is quantized once per chunk of tokens, not converted per
@@ -340,7 +355,8 @@ fn q8_tiles(
     let row_bytes = quant.row_bytes(u64::from(cols))?;
     let tile_k = options.gemm_k.unwrap_or(64);
     let wanted = match options.int8 {
-        Int8Dot::Auto => u64::from(rows) * row_bytes >= INT8_MIN_BYTES,
+        Int8Dot::Auto => int8_by_default(target, rows, row_bytes),
+        Int8Dot::Large => u64::from(rows) * row_bytes >= INT8_MIN_BYTES,
         Int8Dot::Always => true,
         Int8Dot::Never => false,
     };
@@ -554,8 +570,8 @@ pub fn gemv(rows: u32, cols: u32, window: u32, target: &Target) -> GemvTuning {
 /// path is used.
 ///
 /// - Taken where the target has a signed 4-way int8 dot (dp4a, sdot4 or sudot4) and the
-///   type an int8 decoder ([`INT8_DOT`]); by default ([`Int8Dot::Auto`]) only for
-///   matrices of at least [`INT8_MIN_BYTES`] whose rows are whole 16-byte vectors. The
+///   type an int8 decoder ([`INT8_DOT`]); by default ([`Int8Dot::Auto`]) where
+///   [`int8_by_default`] says (every matrix on NVIDIA). The
 ///   choice does not depend on the window, so a verify window computes exactly what
 ///   decode does.
 /// - A wave decodes [`Q8_ROWS_PER_WAVE`] rows together (`options.q8_rows` overrides;
@@ -583,12 +599,9 @@ pub fn gemv_q8(
 ) -> Option<GemvQ8Tuning> {
     let f = &target.features;
     let row_bytes = quant.row_bytes(u64::from(cols))?;
-    // By default only rows of whole 16-byte vectors: narrower loads do not reach the
-    // bandwidth that pays for the quantizer launch (and SmolLM2's 612-byte Q8_0 output
-    // rows keep their float path, so its outputs stay those of the float reference).
-    let big = u64::from(rows) * row_bytes >= INT8_MIN_BYTES && row_bytes % 16 == 0;
     let wanted = match options.int8 {
-        Int8Dot::Auto => big,
+        Int8Dot::Auto => int8_by_default(target, rows, row_bytes),
+        Int8Dot::Large => int8_large(rows, row_bytes),
         Int8Dot::Always => true,
         Int8Dot::Never => false,
     };
@@ -770,18 +783,22 @@ mod tests {
     }
 
     #[test]
-    fn int8_dot_is_taken_by_default_only_where_weight_reads_dominate() {
+    fn int8_dot_is_taken_by_default_on_nvidia_and_by_size_elsewhere() {
         let sm90 = Target::load("sm_90").expect("known");
-        let auto = with(Int8Dot::Auto);
+        let (auto, large) = (with(Int8Dot::Auto), with(Int8Dot::Large));
         let down = gemv_q8(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &auto).expect("an 8B down projection");
         assert_eq!((down.vector_bytes, down.slab_bytes, down.slab_chunks), (16, 1152, 64));
-        assert!(gemv_q8(GgmlType::IQ1_M, 4096, 4096, 1, &sm90, &auto).is_some(), "an 8B IQ1_M output projection");
-        // SmolLM2's products are latency-bound, and its 30 MiB output has 612-byte rows:
-        // float unless asked.
-        assert_eq!(gemv_q8(GgmlType::Q4_1, 1536, 576, 1, &sm90, &auto), None);
-        assert_eq!(gemv_q8(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &auto), None);
-        let small = gemv_q8(GgmlType::Q4_1, 1536, 576, 1, &sm90, &with(Int8Dot::Always)).expect("forced");
+        assert!(gemv_q8(GgmlType::IQ1_M, 4096, 4096, 1, &sm90, &large).is_some(), "an 8B IQ1_M output projection");
+        // SmolLM2's small products and its output's 612-byte rows: int8 on NVIDIA, float
+        // where only large matrices are.
+        let small = gemv_q8(GgmlType::Q4_1, 1536, 576, 1, &sm90, &auto).expect("NVIDIA: every matrix");
         assert_eq!(small.vector_bytes, 8, "360-byte rows load 8 bytes at a time");
+        assert!(gemv_q8(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &auto).is_some());
+        assert_eq!(gemv_q8(GgmlType::Q4_1, 1536, 576, 1, &sm90, &large), None);
+        assert_eq!(gemv_q8(GgmlType::Q8_0, 49_152, 576, 1, &sm90, &large), None);
+        let gfx1100 = Target::load("gfx1100").expect("known");
+        assert_eq!(gemv_q8(GgmlType::Q4_1, 1536, 576, 1, &gfx1100, &auto), None, "AMD: by size");
+        assert!(gemv_q8(GgmlType::Q4_1, 1536, 576, 1, &gfx1100, &with(Int8Dot::Always)).is_some());
         assert_eq!(gemv_q8(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &with(Int8Dot::Never)), None);
         assert_eq!(gemv_q8(GgmlType::Q5_0, 4096, 14_336, 1, &sm90, &with(Int8Dot::Always)), None, "no int8 decoder");
         // Wave64: every lane gets the same number of chunks.

@@ -308,7 +308,8 @@ struct OpenArgs {
     #[arg(long, default_value_t = 300.0, value_name = "S")]
     startup_timeout: f64,
     /// Int8-dot GEMVs where kernels are planned here (CPU) or compiled into the cache:
-    /// auto, always or never (see strata-compile --int8).
+    /// auto, large, always or never (see strata-compile --int8; the CPU reference takes
+    /// auto as large).
     #[arg(long, default_value = "auto", value_parser = |s: &str| s.parse::<Int8Dot>())]
     int8: Int8Dot,
     /// Speculative decoding with verify windows of T tokens (2 to 16; 0 or 1: off):
