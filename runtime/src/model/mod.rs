@@ -252,8 +252,8 @@ impl Model {
         let built = seqs_max(ops.rope_store()).min(seqs_max(ops.attention(false, None))).unwrap_or(0);
         let batch = if chunk_gemm { chunk.min(MAX_BATCH).min(built).max(window) } else { window };
         // Several prompts' chunks share a GEMM pass where the prefill attention takes
-        // several sequences (artifacts from before it did take one), or split attention
-        // reads the chunks (heads too long for the prefill tiles).
+        // several sequences (artifacts built before it did read one prompt a pass), or
+        // where split attention reads the chunks (heads too long for the prefill tiles).
         let prompt_seqs = match ops.attention_prefill(None) {
             _ if !chunk_gemm => 1,
             Some(attention) => seqs_max(attention).unwrap_or(1).min(built),
