@@ -137,7 +137,8 @@ struct Active {
     /// Prompt and generated tokens.
     history: Vec<u32>,
     generated: Vec<u32>,
-    /// Prompt tokens in this slot's KV cache so far (from the start, those it held).
+    /// Prompt tokens in this slot's KV cache so far (from the start, those it held); the
+    /// last counts once it joins the round's decode batch, which reads it.
     read: usize,
     /// Prompt tokens the slot held from an earlier request.
     cached: usize,
