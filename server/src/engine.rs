@@ -10,7 +10,8 @@
 //! last token: that one is decoded with the others. Then the sequences that need their next
 //! token are decoded together, in the batched passes `Model::batch_passes` gives, whose
 //! products read the weights once for all of a pass, each sequence attending over its own
-//! cache. A request whose client went away is dropped before its next chunk or token, and a
+//! cache. The round's tokens are reported while the first of those passes runs (the host's
+//! text, stop strings and sending overlap the device's work). A request whose client went away is dropped before its next chunk or token, and a
 //! queued one as soon as the engine looks at its queue.
 //!
 //! Some sequences decode alone: a request with log-probabilities or a grammar
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant};
 use strata_runtime::backend::RunError;
 use strata_runtime::constrain::Constraint;
 use strata_runtime::generate;
+use strata_runtime::model::BatchIds;
 use strata_runtime::sampler::{Sampler, SamplerConfig, StopMatcher, top_k};
 use strata_runtime::session::Session;
 use strata_runtime::speculative::Speculator;
@@ -147,6 +149,8 @@ struct Active {
     /// Tokens computed but not yet reported (the model has read all but the last);
     /// empty before the prompt is read.
     pending: VecDeque<(u32, Option<TokenLogprob>)>,
+    /// The token taken this round, to report while the device computes the next.
+    unreported: Option<(u32, Option<TokenLogprob>)>,
     /// This sequence's speculative decoder.
     spec: Speculator,
     /// When the last token was reported.
@@ -169,6 +173,7 @@ impl Active {
             history: job.prompt.clone(),
             generated: Vec::new(),
             pending: VecDeque::new(),
+            unreported: None,
             spec,
             last_token: None,
             ttft: None,
@@ -240,10 +245,11 @@ fn prompt_budgets(slots: &[Option<Active>], budget: usize) -> Vec<usize> {
     budgets
 }
 
-/// The order of a round's turns: the decoding requests' (a token reported), then those
-/// reading their prompts (a chunk), each in slot order. The tokens go before any chunk is
-/// queued, so a decoding request's tokens come one round apart wherever the round waits
-/// on the device (a prompt's last chunk waits for its first token). In slot order alone,
+/// The order of a round's turns: the decoding requests' (a token taken), then those
+/// reading their prompts (a chunk), each in slot order. The tokens are taken before any
+/// chunk is queued and reported together, so a decoding request's tokens come one round
+/// apart wherever the round waits on the device (a prompt's last chunk waits for its
+/// first token). In slot order alone,
 /// a stream whose slot came after such a wait saw gaps of a few milliseconds and of two
 /// chunks in turn (measured on the H100 while a 16k prompt was read).
 fn turn_order(slots: &[Option<Active>]) -> Vec<usize> {
@@ -429,11 +435,10 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
         }
         metrics.set_load(slots.iter().filter(|s| s.is_some()).count(), waiting.len());
         kv_metrics(&s, &slots, &metrics);
-        // Every request's turn: one token reported, or a prompt chunk within the round's
-        // budget (read together after the tokens).
+        // Every request's turn: its token taken (reported below), or a prompt chunk within
+        // the round's budget (read together after the tokens).
         let budgets = prompt_budgets(&slots, batch_tokens);
-        let mut needs = Vec::new();
-        let mut reads = Vec::new();
+        let (mut needs, mut reads, mut reports) = (Vec::new(), Vec::new(), Vec::new());
         for i in turn_order(&slots) {
             let Some(active) = &mut slots[i] else { continue };
             if active.read < active.job.prompt.len() && !active.job.events.is_closed() {
@@ -442,14 +447,14 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
                 }
                 continue;
             }
-            let result = turn(&mut s, i, active, &metrics);
-            if let Some(experts) = s.model.take_expert_stats() {
-                metrics.experts(&experts);
-            }
-            match result {
-                Ok(Turn::Busy) => {}
-                Ok(Turn::Next(token)) => needs.push((i, token)),
+            match take(&s, i, active) {
                 Ok(Turn::Over) => retire(&mut s, &mut slots, &mut held, i, false, &metrics, waiting.len()),
+                Ok(turn) => {
+                    if let Turn::Next(token) = turn {
+                        needs.push((i, token));
+                    }
+                    reports.push((i, matches!(turn, Turn::Last)));
+                }
                 Err(e) => {
                     let _ = active.job.events.send(Event::Error(e.to_string()));
                     retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
@@ -464,31 +469,43 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
                 retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
             }
         }
-        // Then the next tokens: alone where a request needs it, the rest in batches.
+        // Then the next tokens: alone where a request needs it, the rest in batches. The
+        // first batch is started before the round's tokens are reported, so that the host's
+        // work per token (text, stop strings, sending) runs while the device computes; a
+        // request a stop string or its client ends then leaves a token computed for nothing.
         let alone = |slots: &[Option<Active>], i: usize, s: &Session| {
             slots[i].as_ref().is_some_and(|a| a.job.logprobs.is_some() || a.job.constraint.is_some())
                 || s.model.decodes_alone(i)
         };
         let (single, batch): (Vec<_>, Vec<_>) = needs.into_iter().partition(|&(i, _)| alone(&slots, i, &s));
         let single = if batch.len() == 1 { single.into_iter().chain(batch.iter().copied()).collect() } else { single };
+        let mut reports = Some(reports);
+        let passes = if batch.len() > 1 { s.model.batch_passes(batch.len()) } else { Vec::new() };
+        for pass in passes {
+            let part = &batch[pass];
+            let done = launch_batch(&mut s, &slots, part).and_then(|running| {
+                if let Some(reports) = reports.take() {
+                    report_all(&mut s, &mut slots, &mut held, reports, &metrics, waiting.len());
+                }
+                finish_batch(&mut s, &mut slots, part, running, &metrics)
+            });
+            if let Err(e) = done {
+                for &(i, _) in part {
+                    if let Some(active) = &slots[i] {
+                        let _ = active.job.events.send(Event::Error(e.to_string()));
+                    }
+                    retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
+                }
+            }
+        }
+        if let Some(reports) = reports {
+            report_all(&mut s, &mut slots, &mut held, reports, &metrics, waiting.len());
+        }
         for (i, token) in single {
             let Some(active) = &mut slots[i] else { continue };
             if let Err(e) = next_alone(&mut s, i, active, token, &metrics) {
                 let _ = active.job.events.send(Event::Error(e.to_string()));
                 retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
-            }
-        }
-        if batch.len() > 1 {
-            for pass in s.model.batch_passes(batch.len()) {
-                let part = &batch[pass];
-                if let Err(e) = next_batched(&mut s, &mut slots, part, &metrics) {
-                    for &(i, _) in part {
-                        if let Some(active) = &slots[i] {
-                            let _ = active.job.events.send(Event::Error(e.to_string()));
-                        }
-                        retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
-                    }
-                }
             }
         }
         if let Some(experts) = s.model.take_expert_stats() {
@@ -548,28 +565,45 @@ fn retire(
 enum Turn {
     /// It is over.
     Over,
+    /// Its token is its last (`max_tokens`, or the context is full): it is over once the
+    /// token is reported.
+    Last,
     /// Nothing to compute this round: it has tokens computed ahead.
     Busy,
-    /// The token after this one (reported, and not yet read by the model).
+    /// The token after this one (to report, and not yet read by the model).
     Next(u32),
 }
 
-/// One turn of a request whose prompt is read: reports one token, saying whether the
-/// token after it is still to compute.
-fn turn(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Result<Turn, RunError> {
+/// One turn of a request whose prompt is read: takes its next computed token, to report
+/// ([`report`]), saying whether the token after it is still to compute.
+fn take(s: &Session, slot: usize, a: &mut Active) -> Result<Turn, RunError> {
     if a.job.events.is_closed() {
         return Ok(Turn::Over); // the client went away
     }
     let Some((token, logprob)) = a.pending.pop_front() else {
         return Err(RunError::Other("the engine lost its next token".into()));
     };
+    a.history.push(token); // the model may read it: the slot's held tokens keep their order
     if s.tokenizer.is_eog(token) {
-        a.history.push(token); // the model may have read it: the slot's held tokens keep their order
         a.finish(Finish::Stop);
         return Ok(Turn::Over);
     }
     a.generated.push(token);
-    a.history.push(token);
+    a.unreported = Some((token, logprob));
+    let full = a.pending.is_empty() && s.model.pos_of(slot) >= s.model.n_ctx();
+    Ok(if a.generated.len() >= a.job.max_tokens || full {
+        Turn::Last
+    } else if a.pending.is_empty() {
+        Turn::Next(token)
+    } else {
+        Turn::Busy
+    })
+}
+
+/// Reports the token [`take`] took (its text, once UTF-8 and stop strings allow);
+/// whether the request is over: its `last` token, a stop string, or a client gone.
+fn report(s: &Session, a: &mut Active, last: bool, metrics: &Metrics) -> bool {
+    let Some((token, logprob)) = a.unreported.take() else { return false };
     metrics.completion_token();
     let now = Instant::now();
     match a.last_token {
@@ -578,29 +612,43 @@ fn turn(s: &mut Session, slot: usize, a: &mut Active, metrics: &Metrics) -> Resu
             a.ttft = Some(ttft);
             metrics.first_token(ttft);
         }
-        Some(last) => metrics.inter_token(now.saturating_duration_since(last)),
+        Some(before) => metrics.inter_token(now.saturating_duration_since(before)),
     }
     a.last_token = Some(now);
     let piece = a.decoder.push(&s.tokenizer, token);
     let (text, stopped) = a.stops.push(&piece);
     if a.job.events.send(Event::Token { text, logprob }).is_err() {
-        return Ok(Turn::Over);
+        return true;
     }
     if stopped {
         a.finish(Finish::Stop);
-        return Ok(Turn::Over);
+        return true;
     }
-    let full = a.pending.is_empty() && s.model.pos_of(slot) >= s.model.n_ctx();
-    if a.generated.len() >= a.job.max_tokens || full {
+    if last {
         let rest = a.decoder.finish();
         if !rest.is_empty() {
             let (text, _) = a.stops.push(&rest);
             let _ = a.job.events.send(Event::Token { text, logprob: None });
         }
         a.finish(Finish::Length);
-        return Ok(Turn::Over);
     }
-    Ok(if a.pending.is_empty() { Turn::Next(token) } else { Turn::Busy })
+    last
+}
+
+/// Reports each `(slot, last)`'s token, retiring the requests that are over.
+fn report_all(
+    s: &mut Session,
+    slots: &mut [Option<Active>],
+    held: &mut [Vec<u32>],
+    reports: Vec<(usize, bool)>,
+    metrics: &Metrics,
+    waiting: usize,
+) {
+    for (i, last) in reports {
+        if slots[i].as_mut().is_some_and(|a| report(s, a, last, metrics)) {
+            retire(s, slots, held, i, false, metrics, waiting);
+        }
+    }
 }
 
 /// Reads the round's prompt chunks, `(slot, most tokens)`, a chunk (`--prefill`) at most
@@ -672,24 +720,43 @@ fn next_alone(s: &mut Session, slot: usize, a: &mut Active, token: u32, metrics:
     Ok(())
 }
 
-/// Computes the next token of each request of `part` (`(slot, its last token)`) in one
-/// batched pass: greedy ones from the device's argmax, sampled ones from their rows.
-fn next_batched(
+/// A batched pass started on the device.
+enum Running {
+    /// Greedy: the ids come back.
+    Greedy(BatchIds),
+    /// Sampled: each row of logits comes back.
+    Sampled,
+}
+
+/// Starts the pass that computes the next token of each request of `part` (`(slot, its
+/// last token)`): greedy ones from the device's argmax, sampled ones from their rows.
+fn launch_batch(s: &mut Session, slots: &[Option<Active>], part: &[(usize, u32)]) -> Result<Running, RunError> {
+    if part.iter().all(|&(i, _)| slots[i].as_ref().is_some_and(|a| a.sampler.is_greedy())) {
+        return Ok(Running::Greedy(s.model.launch_batch_greedy(part)?));
+    }
+    s.model.decode_batch(part)?;
+    Ok(Running::Sampled)
+}
+
+/// Waits for [`launch_batch`]'s pass and gives each request still in its slot its token.
+fn finish_batch(
     s: &mut Session,
     slots: &mut [Option<Active>],
     part: &[(usize, u32)],
+    running: Running,
     metrics: &Metrics,
 ) -> Result<(), RunError> {
-    let greedy = part.iter().all(|&(i, _)| slots[i].as_ref().is_some_and(|a| a.sampler.is_greedy()));
-    let next = if greedy {
-        s.model.decode_batch_greedy(part)?
-    } else {
-        s.model.decode_batch(part)?;
-        let vocab = s.model.desc.vocab as usize;
-        let logits = s.model.logits(part.len() as u32)?;
-        let rows = part.iter().zip(logits.chunks_exact(vocab));
-        rows.map(|(&(i, _), row)| slots[i].as_mut().map_or(0, |a| a.sampler.sample_with(row, &a.history, &a.generated)))
+    let next = match running {
+        Running::Greedy(ids) => s.model.batch_ids(ids)?,
+        Running::Sampled => {
+            let vocab = s.model.desc.vocab as usize;
+            let logits = s.model.logits(part.len() as u32)?;
+            let rows = part.iter().zip(logits.chunks_exact(vocab));
+            rows.map(|(&(i, _), row)| {
+                slots[i].as_mut().map_or(0, |a| a.sampler.sample_with(row, &a.history, &a.generated))
+            })
             .collect()
+        }
     };
     metrics.batch(part.len());
     for (&(i, _), token) in part.iter().zip(next) {

@@ -15,6 +15,16 @@ use super::experts::Experts;
 use super::{Logits, Model};
 use crate::backend::RunError;
 
+/// A batched decode step's greedy tokens: on the device still (its first slot and its
+/// sequences), or computed already (one sequence, or `--checked` passes each alone).
+#[must_use = "the tokens are read with Model::batch_ids"]
+pub struct BatchIds(Ids);
+
+enum Ids {
+    Running { first: usize, n: usize },
+    Ready(Vec<u32>),
+}
+
 impl Model {
     /// Decodes one token and returns the greedy next token, reading back only its id.
     /// The step is captured on first use and replayed after.
@@ -63,9 +73,18 @@ impl Model {
     /// may differ from the window GEMVs' in the last bits. Each sequence in its slot
     /// once, none attending sparsely (QSA: those decode alone).
     pub fn decode_batch_greedy(&mut self, batch: &[(usize, u32)]) -> Result<Vec<u32>, RunError> {
+        let running = self.launch_batch_greedy(batch)?;
+        self.batch_ids(running)
+    }
+
+    /// Starts [`Model::decode_batch_greedy`]'s pass without waiting for the device, so
+    /// that the host works while it computes (a server reports the last round's tokens);
+    /// [`Model::batch_ids`] reads the ids. Nothing else may run a pass in between (the
+    /// ids are left where every argmax leaves its own).
+    pub fn launch_batch_greedy(&mut self, batch: &[(usize, u32)]) -> Result<BatchIds, RunError> {
         if let [(slot, token)] = batch {
             self.select(*slot)?;
-            return Ok(vec![self.decode_greedy(*token)?]);
+            return Ok(BatchIds(Ids::Ready(vec![self.decode_greedy(*token)?])));
         }
         if self.checked {
             // One checked pass each.
@@ -74,11 +93,22 @@ impl Model {
                 self.select(slot)?;
                 ids.push(self.decode_greedy(token)?);
             }
-            return Ok(ids);
+            return Ok(BatchIds(Ids::Ready(ids)));
         }
+        self.on_device = None;
         self.batch_step(batch, true)?;
-        let ids = self.read_next(batch.len())?;
-        self.on_device = batch.first().zip(ids.first()).map(|(&(slot, _), &id)| (slot, id));
+        Ok(BatchIds(Ids::Running { first: batch[0].0, n: batch.len() }))
+    }
+
+    /// The greedy next tokens of a batch [`Model::launch_batch_greedy`] started, in its
+    /// order (waiting for the device).
+    pub fn batch_ids(&mut self, running: BatchIds) -> Result<Vec<u32>, RunError> {
+        let (first, n) = match running.0 {
+            Ids::Running { first, n } => (first, n),
+            Ids::Ready(ids) => return Ok(ids),
+        };
+        let ids = self.read_next(n)?;
+        self.on_device = ids.first().map(|&id| (first, id));
         Ok(ids)
     }
 

@@ -33,6 +33,7 @@ use std::sync::Arc;
 pub use budget::KvBudget;
 pub use experts::{CacheSize, ExpertOptions, ExpertStats, Placement, Policy};
 pub use forward::Logits;
+pub use graphs::BatchIds;
 pub use qsa::QsaConfig;
 pub use scan::check_finite;
 
