@@ -133,6 +133,8 @@ pub enum Event {
 /// A request in a slot.
 struct Active {
     job: Job,
+    /// Which request this is (the engine's count of admissions).
+    id: u64,
     sampler: Sampler,
     decoder: StreamDecoder,
     stops: StopMatcher,
@@ -162,8 +164,9 @@ struct Active {
 }
 
 impl Active {
-    fn new(job: Job, spec: Speculator, cached: usize, pages: u32) -> Active {
+    fn new(job: Job, id: u64, spec: Speculator, cached: usize, pages: u32) -> Active {
         Active {
+            id,
             read: cached,
             cached,
             pages,
@@ -386,6 +389,10 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
     let mut round: u64 = 0;
     let mut waiting: VecDeque<Job> = VecDeque::new();
     let pool = KvPool::of(&s);
+    // Requests admitted so far (each one's id), and the greedy step launched a round
+    // ahead, if any.
+    let mut admitted: u64 = 0;
+    let mut ahead: Option<Step> = None;
     loop {
         if slots.iter().all(Option::is_none) && waiting.is_empty() {
             match jobs.recv() {
@@ -426,7 +433,8 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
                 }
             };
             held[slot].clear();
-            slots[slot] = Some(Active::new(job, Speculator::new(s.spec), cached, need));
+            admitted += 1;
+            slots[slot] = Some(Active::new(job, admitted, Speculator::new(s.spec), cached, need));
             if let Err(e) = make_room(&mut s, &slots, &mut held, &used)
                 && let Some(a) = slots[slot].take()
             {
@@ -462,44 +470,57 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
             }
         }
         if let Err((e, failed)) = read_prompts(&mut s, &mut slots, &reads, &metrics, &mut needs) {
-            for i in failed {
-                if let Some(active) = &slots[i] {
-                    let _ = active.job.events.send(Event::Error(e.to_string()));
-                }
-                retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
-            }
+            fail(&mut s, &mut slots, &mut held, failed, &e, &metrics, waiting.len());
         }
         // Then the next tokens: alone where a request needs it, the rest in batches. The
-        // first batch is started before the round's tokens are reported, so that the host's
+        // batches are started before the round's tokens are reported, so that the host's
         // work per token (text, stop strings, sending) runs while the device computes; a
         // request a stop string or its client ends then leaves a token computed for nothing.
+        // The step launched a round ahead holds the next token of each of its requests.
+        let mut steps = Vec::new();
+        if let Some(step) = ahead.take() {
+            needs.retain(|&(i, _)| !step.holds(&slots, i));
+            steps.push(step);
+        }
         let alone = |slots: &[Option<Active>], i: usize, s: &Session| {
             slots[i].as_ref().is_some_and(|a| a.job.logprobs.is_some() || a.job.constraint.is_some())
                 || s.model.decodes_alone(i)
         };
         let (single, batch): (Vec<_>, Vec<_>) = needs.into_iter().partition(|&(i, _)| alone(&slots, i, &s));
         let single = if batch.len() == 1 { single.into_iter().chain(batch.iter().copied()).collect() } else { single };
-        let mut reports = Some(reports);
         let passes = if batch.len() > 1 { s.model.batch_passes(batch.len()) } else { Vec::new() };
         for pass in passes {
             let part = &batch[pass];
-            let done = launch_batch(&mut s, &slots, part).and_then(|running| {
-                if let Some(reports) = reports.take() {
-                    report_all(&mut s, &mut slots, &mut held, reports, &metrics, waiting.len());
-                }
-                finish_batch(&mut s, &mut slots, part, running, &metrics)
-            });
-            if let Err(e) = done {
-                for &(i, _) in part {
-                    if let Some(active) = &slots[i] {
-                        let _ = active.job.events.send(Event::Error(e.to_string()));
-                    }
-                    retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
+            match launch_batch(&mut s, &slots, part) {
+                Ok(step) => steps.push(step),
+                Err(e) => {
+                    fail(&mut s, &mut slots, &mut held, part.iter().map(|&(i, _)| i), &e, &metrics, waiting.len())
                 }
             }
         }
-        if let Some(reports) = reports {
-            report_all(&mut s, &mut slots, &mut held, reports, &metrics, waiting.len());
+        // Where the round's tokens come from one greedy step and every request of it goes on
+        // past the token it makes, the step after it is launched now, reading their tokens
+        // on the device: the device goes from step to step with no wait on the host.
+        if let ([step], true) = (steps.as_slice(), single.is_empty())
+            && step.chains(&slots)
+        {
+            match s.model.chain_batch_greedy() {
+                Ok(next) => {
+                    ahead = next.map(|ids| Step { members: step.members.clone(), running: Running::Greedy(ids) })
+                }
+                Err(e) => {
+                    let members: Vec<usize> = step.members.iter().map(|&(i, _)| i).collect();
+                    fail(&mut s, &mut slots, &mut held, members, &e, &metrics, waiting.len());
+                }
+            }
+        }
+        report_all(&mut s, &mut slots, &mut held, reports, &metrics, waiting.len());
+        for step in steps {
+            let members: Vec<usize> = step.members.iter().map(|&(i, _)| i).collect();
+            if let Err(e) = finish_batch(&mut s, &mut slots, step, &metrics) {
+                fail(&mut s, &mut slots, &mut held, members, &e, &metrics, waiting.len());
+                ahead = None;
+            }
         }
         for (i, token) in single {
             let Some(active) = &mut slots[i] else { continue };
@@ -728,43 +749,90 @@ enum Running {
     Sampled,
 }
 
-/// Starts the pass that computes the next token of each request of `part` (`(slot, its
-/// last token)`): greedy ones from the device's argmax, sampled ones from their rows.
-fn launch_batch(s: &mut Session, slots: &[Option<Active>], part: &[(usize, u32)]) -> Result<Running, RunError> {
-    if part.iter().all(|&(i, _)| slots[i].as_ref().is_some_and(|a| a.sampler.is_greedy())) {
-        return Ok(Running::Greedy(s.model.launch_batch_greedy(part)?));
-    }
-    s.model.decode_batch(part)?;
-    Ok(Running::Sampled)
+/// A batched pass started on the device and the requests it computes a token for, in
+/// its order: `(slot, request id)` (a request that leaves its slot meanwhile gets none).
+struct Step {
+    members: Vec<(usize, u64)>,
+    running: Running,
 }
 
-/// Waits for [`launch_batch`]'s pass and gives each request still in its slot its token.
-fn finish_batch(
-    s: &mut Session,
-    slots: &mut [Option<Active>],
-    part: &[(usize, u32)],
-    running: Running,
-    metrics: &Metrics,
-) -> Result<(), RunError> {
+impl Step {
+    /// Whether the step computes the next token of slot `i`'s request.
+    fn holds(&self, slots: &[Option<Active>], i: usize) -> bool {
+        self.members.iter().any(|&(m, id)| m == i && slots[i].as_ref().is_some_and(|a| a.id == id))
+    }
+
+    /// Whether the step after it may start before its tokens are known: it is greedy and
+    /// each of its requests is in its slot, and goes on past the token it makes (no
+    /// `max_tokens` ends it; an end-of-generation token or a stop string leaves one token
+    /// computed for nothing).
+    fn chains(&self, slots: &[Option<Active>]) -> bool {
+        matches!(self.running, Running::Greedy(_))
+            && self.members.iter().all(|&(i, id)| {
+                slots[i].as_ref().is_some_and(|a| {
+                    a.id == id && a.generated.len() + 1 < a.job.max_tokens && !a.job.events.is_closed()
+                })
+            })
+    }
+}
+
+/// Starts the pass that computes the next token of each request of `part` (`(slot, its
+/// last token)`): greedy ones from the device's argmax, sampled ones from their rows.
+fn launch_batch(s: &mut Session, slots: &[Option<Active>], part: &[(usize, u32)]) -> Result<Step, RunError> {
+    let members = part.iter().map(|&(i, _)| (i, slots[i].as_ref().map_or(0, |a| a.id))).collect();
+    let running = if part.iter().all(|&(i, _)| slots[i].as_ref().is_some_and(|a| a.sampler.is_greedy())) {
+        Running::Greedy(s.model.launch_batch_greedy(part)?)
+    } else {
+        s.model.decode_batch(part)?;
+        Running::Sampled
+    };
+    Ok(Step { members, running })
+}
+
+/// Waits for a step and gives each of its requests still in its slot its token.
+fn finish_batch(s: &mut Session, slots: &mut [Option<Active>], step: Step, metrics: &Metrics) -> Result<(), RunError> {
+    let Step { members, running } = step;
+    let mine = |slots: &[Option<Active>], i: usize, id: u64| slots[i].as_ref().is_some_and(|a| a.id == id);
     let next = match running {
         Running::Greedy(ids) => s.model.batch_ids(ids)?,
         Running::Sampled => {
             let vocab = s.model.desc.vocab as usize;
-            let logits = s.model.logits(part.len() as u32)?;
-            let rows = part.iter().zip(logits.chunks_exact(vocab));
-            rows.map(|(&(i, _), row)| {
-                slots[i].as_mut().map_or(0, |a| a.sampler.sample_with(row, &a.history, &a.generated))
+            let logits = s.model.logits(members.len() as u32)?;
+            let rows = members.iter().zip(logits.chunks_exact(vocab));
+            rows.map(|(&(i, id), row)| match &mut slots[i] {
+                Some(a) if a.id == id => a.sampler.sample_with(row, &a.history, &a.generated),
+                _ => 0,
             })
             .collect()
         }
     };
-    metrics.batch(part.len());
-    for (&(i, _), token) in part.iter().zip(next) {
-        if let Some(a) = slots[i].as_mut() {
+    metrics.batch(members.len());
+    for (&(i, id), token) in members.iter().zip(next) {
+        if mine(slots, i, id)
+            && let Some(a) = slots[i].as_mut()
+        {
             a.pending.push_back((token, None));
         }
     }
     Ok(())
+}
+
+/// Sends `e` to the requests of `failed` (slots) and retires them.
+fn fail(
+    s: &mut Session,
+    slots: &mut [Option<Active>],
+    held: &mut [Vec<u32>],
+    failed: impl IntoIterator<Item = usize>,
+    e: &RunError,
+    metrics: &Metrics,
+    waiting: usize,
+) {
+    for i in failed {
+        if let Some(active) = &slots[i] {
+            let _ = active.job.events.send(Event::Error(e.to_string()));
+        }
+        retire(s, slots, held, i, true, metrics, waiting);
+    }
 }
 
 /// The next token from the logits the last forward pass left (greedy on the device
@@ -814,7 +882,7 @@ mod tests {
             admission,
             received: now - Duration::from_millis(age),
         };
-        let mut a = Active::new(job, Speculator::new(strata_runtime::speculative::SpeculativeConfig::OFF), 0, 1);
+        let mut a = Active::new(job, 1, Speculator::new(strata_runtime::speculative::SpeculativeConfig::OFF), 0, 1);
         a.read = read;
         a
     }
