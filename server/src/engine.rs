@@ -10,9 +10,12 @@
 //! last token: that one is decoded with the others. Then the sequences that need their next
 //! token are decoded together, in the batched passes `Model::batch_passes` gives, whose
 //! products read the weights once for all of a pass, each sequence attending over its own
-//! cache. The round's tokens are reported while the first of those passes runs (the host's
-//! text, stop strings and sending overlap the device's work). A request whose client went away is dropped before its next chunk or token, and a
-//! queued one as soon as the engine looks at its queue.
+//! cache. The round's tokens are reported while those passes run (the host's text, stop
+//! strings and sending overlap the device's work), and where one greedy pass holds the
+//! round's batch, the next round's is launched before its tokens are read, taking them on
+//! the device (`Model::chain_batch_greedy`): the device goes from step to step without
+//! waiting on the host. A request whose client went away is dropped before its next chunk
+//! or token, and a queued one as soon as the engine looks at its queue.
 //!
 //! Some sequences decode alone: a request with log-probabilities or a grammar
 //! (`response_format`, a forced tool call), its grammar's mask computed while the model
@@ -252,9 +255,9 @@ fn prompt_budgets(slots: &[Option<Active>], budget: usize) -> Vec<usize> {
 /// reading their prompts (a chunk), each in slot order. The tokens are taken before any
 /// chunk is queued and reported together, so a decoding request's tokens come one round
 /// apart wherever the round waits on the device (a prompt's last chunk waits for its
-/// first token). In slot order alone,
-/// a stream whose slot came after such a wait saw gaps of a few milliseconds and of two
-/// chunks in turn (measured on the H100 while a 16k prompt was read).
+/// first token). In slot order alone, a stream whose slot came after such a wait saw gaps
+/// of a few milliseconds and of two chunks in turn (measured on the H100 while a 16k
+/// prompt was read).
 fn turn_order(slots: &[Option<Active>]) -> Vec<usize> {
     let reading = |i: usize| slots[i].as_ref().is_some_and(|a| a.read < a.job.prompt.len());
     let (chunks, tokens): (Vec<usize>, Vec<usize>) =
