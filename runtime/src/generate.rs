@@ -324,8 +324,9 @@ pub fn bench_at(
 /// `pp` prompt tokens into its own slot, then `tg` steps decode them all in batched passes
 /// ([`crate::model::Model::decode_batch_greedy`], [`crate::model::Model::batch_passes`]), each
 /// feeding back its argmax (a step of one pass chained on the device to the one before,
-/// [`crate::model::Model::chain_batch_greedy`]). Returns all sequences' decoded tokens per second of the
-/// decoding, over `reps` runs after one warm-up; the session needs `seqs` slots.
+/// [`crate::model::Model::chain_batch_greedy`]). Returns all sequences' decoded tokens per
+/// second of the decoding, over `reps` runs after one warm-up; the session needs `seqs`
+/// slots.
 pub fn bench_batch(s: &mut Session, seqs: usize, pp: usize, tg: usize, reps: usize) -> Result<f64, RunError> {
     let tg = tg.min(s.model.n_ctx().saturating_sub(pp.max(1) as u32) as usize);
     let mut time = Duration::ZERO;
