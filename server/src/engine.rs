@@ -795,7 +795,6 @@ fn launch_batch(s: &mut Session, slots: &[Option<Active>], part: &[(usize, u32)]
 /// Waits for a step and gives each of its requests still in its slot its token.
 fn finish_batch(s: &mut Session, slots: &mut [Option<Active>], step: Step, metrics: &Metrics) -> Result<(), RunError> {
     let Step { members, running } = step;
-    let mine = |slots: &[Option<Active>], i: usize, id: u64| slots[i].as_ref().is_some_and(|a| a.id == id);
     let next = match running {
         Running::Greedy(ids) => s.model.batch_ids(ids)?,
         Running::Sampled => {
@@ -811,9 +810,7 @@ fn finish_batch(s: &mut Session, slots: &mut [Option<Active>], step: Step, metri
     };
     metrics.batch(members.len());
     for (&(i, id), token) in members.iter().zip(next) {
-        if mine(slots, i, id)
-            && let Some(a) = slots[i].as_mut()
-        {
+        if let Some(a) = slots[i].as_mut().filter(|a| a.id == id) {
             a.pending.push_back((token, None));
         }
     }
