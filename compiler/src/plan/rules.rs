@@ -137,6 +137,12 @@ pub const BATCH_GEMV_GROUPS: u32 = 4;
 /// and 32 batched sequences 4080 t/s instead of 3581 (with the unrolled, branch-free
 /// chunks of the same commit; docs/PERFORMANCE.md).
 pub const BATCH_GEMV_MAX_SPLITS: u32 = 8;
+/// Bytes of a row's slab in a batch's matrix-unit GEMV over fewer panels than compute
+/// units, at least: on an H100 at 32 columns (docs/PERFORMANCE.md, thirteenth session),
+/// Llama-8B's down projection took 41.1 µs instead of 46.0, q and o 13.1 instead of 13.9,
+/// k and v 9.8 instead of 10.3; gate and up (224 panels) 56.3 instead of 33.9, so they
+/// keep [`GEMV_MMA_SLAB_BYTES`].
+pub const BATCH_GEMV_SLAB_BYTES: u32 = 256;
 /// Most columns a matrix-unit GEMV takes (four 8-column tiles): the width of a batch's
 /// GEMV ([`crate::ops::BatchGemv`]), which a batch of decode steps wider than the
 /// verify window takes for its products instead of the prompt chunk's GEMM.
@@ -658,8 +664,9 @@ pub fn gemv_q8(
 /// or a batch's column equals the single-token product bit for bit; by default they
 /// differ from it by rounding (the two templates sum in different orders).
 /// - Slabs are the smallest run of whole blocks and whole 16-byte pieces, doubled to
-///   [`GEMV_MMA_SLAB_BYTES`] or the row; [`GEMV_MMA_STAGES`] a wave (`options.gemv_mma_shape`
-///   sweeps these and the next).
+///   [`GEMV_MMA_SLAB_BYTES`] or the row ([`BATCH_GEMV_SLAB_BYTES`] for a batch's unstaged
+///   GEMV over fewer panels than compute units); [`GEMV_MMA_STAGES`] a wave
+///   (`options.gemv_mma_shape` sweeps these and the next).
 /// - A wave multiplies `wave_groups` 16-row groups together (a panel), so that each
 ///   chunk's input fragments and column scales, read from memory shared by every row,
 ///   are loaded once for all of them: `options.gemv_mma_groups`, or the most up to
@@ -705,11 +712,14 @@ pub fn gemv_mma(
     let [stages, least, per_cu] =
         options.gemv_mma_shape.unwrap_or([GEMV_MMA_STAGES, GEMV_MMA_SLAB_BYTES, GEMV_MMA_WAVES_PER_CU]);
     let block_bytes = quant.block_bytes() as u32;
-    let mut slab = lcm(block_bytes, 16);
-    while slab < least && u64::from(slab) < row_bytes {
-        slab *= 2;
-    }
-    let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok().filter(|&n| n > 0)?;
+    let slab_of = |least: u32| {
+        let mut slab = lcm(block_bytes, 16);
+        while slab < least && u64::from(slab) < row_bytes {
+            slab *= 2;
+        }
+        slab
+    };
+    let mut slab = slab_of(least);
     // Staged inputs copy each column's scales two chunks a 16-byte piece.
     let staged_inputs = options.gemv_mma_staged.unwrap_or(window <= GEMV_MMA_STAGED_UP_TO)
         && (slab / block_bytes).is_multiple_of(2)
@@ -731,6 +741,10 @@ pub fn gemv_mma(
         None => (1..=most).rev().find(|&r| enough(r)).unwrap_or(1),
     };
     let panels = rows.div_ceil(16 * wave_groups);
+    if options.gemv_mma_shape.is_none() && window > GEMV_MMA_STAGED_UP_TO && !staged_inputs && panels < cus {
+        slab = slab_of(BATCH_GEMV_SLAB_BYTES);
+    }
+    let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok().filter(|&n| n > 0)?;
     let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
     let most_splits = if window > GEMV_MMA_STAGED_UP_TO { BATCH_GEMV_MAX_SPLITS } else { GEMV_MMA_MAX_SPLITS };
     let mut wave_slabs = slabs.div_ceil(wanted.min(most_splits.min(slabs)).max(1));
