@@ -466,10 +466,7 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
                     }
                     reports.push((i, matches!(turn, Turn::Last)));
                 }
-                Err(e) => {
-                    let _ = active.job.events.send(Event::Error(e.to_string()));
-                    retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
-                }
+                Err(e) => fail(&mut s, &mut slots, &mut held, [i], &e, &metrics, waiting.len()),
             }
         }
         if let Err((e, failed)) = read_prompts(&mut s, &mut slots, &reads, &metrics, &mut needs) {
@@ -528,8 +525,7 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
         for (i, token) in single {
             let Some(active) = &mut slots[i] else { continue };
             if let Err(e) = next_alone(&mut s, i, active, token, &metrics) {
-                let _ = active.job.events.send(Event::Error(e.to_string()));
-                retire(&mut s, &mut slots, &mut held, i, true, &metrics, waiting.len());
+                fail(&mut s, &mut slots, &mut held, [i], &e, &metrics, waiting.len());
             }
         }
         if let Some(experts) = s.model.take_expert_stats() {
@@ -906,7 +902,7 @@ mod tests {
     }
 
     #[test]
-    fn a_round_reports_every_decoding_request_s_token_before_any_prompt_chunk() {
+    fn a_round_takes_every_decoding_request_s_token_before_any_prompt_chunk() {
         let now = Instant::now();
         // A long prompt on slot 0, a short one on slot 1 (its last chunk waits on the
         // device), decoding requests after them and on either side of an empty slot.

@@ -140,8 +140,7 @@ impl Model {
             Ids::Queued(landing) => landing,
             Ids::Ready(ids) => return Ok(ids),
         };
-        let bytes = self.backend.landed(landing)?;
-        Ok(bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect())
+        Ok(super::token_ids(&self.backend.landed(landing)?))
     }
 
     /// As [`Model::decode_batch_greedy`], leaving each sequence's row of logits, in
