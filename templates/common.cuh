@@ -29,6 +29,15 @@ STRATA_DEVICE void strata_copy_commit(void) {}
 #define STRATA_COPY_WAIT(n) ((void)(n))
 #endif
 
+// Where a product's output (column t of `columns`, row `row` of `rows`) lands. Matrices
+// stacked in one product (the second from row s1, the third from s2; 0: none) each keep
+// their outputs [t][own rows], one matrix after another, as if each were made alone.
+STRATA_DEVICE u64 strata_out_at(u32 t, u32 row, u32 columns, u32 rows, u32 s1, u32 s2) {
+    const u32 start = s2 != 0u && row >= s2 ? s2 : s1 != 0u && row >= s1 ? s1 : 0u;
+    const u32 end = s1 != 0u && row < s1 ? s1 : s2 != 0u && row < s2 ? s2 : rows;
+    return (u64)start * columns + (u64)t * (end - start) + (row - start);
+}
+
 // Sum over the wave (butterfly: every lane ends with the total, in the same order).
 STRATA_DEVICE float strata_wave_sum(float v) {
     for (u32 m = STRATA_WAVE / 2; m > 0; m >>= 1) v += strata_shfl_xor(v, m);

@@ -118,7 +118,7 @@ mod tests {
 
     /// A float-path GEMV (the int8 path has its own test).
     fn gemv(rows: u32, cols: u32, window: u32, target: &Target) -> KernelRecord {
-        let op = Op::Gemv(ops::Gemv { quant: crate::quant::GgmlType::Q4_0, rows, cols, window });
+        let op = Op::Gemv(ops::Gemv::new(crate::quant::GgmlType::Q4_0, rows, cols, window));
         rules::kernel_with(op, target, &Options { int8: Int8Dot::Never, ..Options::default() })
     }
 
@@ -147,7 +147,7 @@ mod tests {
                         let options =
                             Options { int8: Int8Dot::Always, q8_rows, gemv_mma_from: None, ..Options::default() };
                         let k =
-                            rules::kernel_with(Op::Gemv(ops::Gemv { quant, rows, cols, window }), &target, &options);
+                            rules::kernel_with(Op::Gemv(ops::Gemv::new(quant, rows, cols, window)), &target, &options);
                         let Tuning::GemvQ8(g) = &k.tuning else { panic!("{} {}: not int8", target.name, k.name) };
                         assert_eq!(row_bytes % u64::from(g.vector_bytes), 0);
                         let errors = check(&plan(vec![k.clone()]), &target);

@@ -193,16 +193,21 @@ fn host_kernels() {
 
 /// The int8 matrix-unit GEMVs on sm_90 (Llama-8B's q and o shape): a verify window of 8
 /// columns (inputs staged in shared memory), and a batch's GEMV of up to 32, whose
-/// columns are a runtime scalar.
+/// columns are a runtime scalar; and that batch's GEMV over Q·K·V stacked, which lays
+/// out each matrix's outputs apart.
 #[test]
 fn matrix_unit_gemv_kernels() {
     let target = Target::load("sm_90").expect("known");
     let options = Options::default();
     let (quant, rows, cols) = (GgmlType::Q4_0, 4096, 4096);
     let max = plan::rules::BATCH_GEMV_COLUMNS;
-    let kernels = [ops::Gemv { quant, rows, cols, window: 8 }.into(), ops::BatchGemv { quant, rows, cols, max }.into()]
-        .map(|op| plan::rules::kernel_with(op, &target, &options))
-        .to_vec();
+    let kernels = [
+        ops::Gemv::new(quant, rows, cols, 8).into(),
+        ops::BatchGemv { quant, rows, cols, max, stack: ops::Stack::SINGLE }.into(),
+        ops::BatchGemv { quant, rows: rows + 2048, cols, max, stack: ops::Stack::of(&[rows, 1024, 1024]) }.into(),
+    ]
+    .map(|op| plan::rules::kernel_with(op, &target, &options))
+    .to_vec();
     insta::assert_snapshot!("matrix_unit_gemv_kernels_sm_90", rendered(&target, options, kernels));
 }
 
@@ -212,7 +217,7 @@ fn matrix_unit_gemv_kernels() {
 fn matrix_unit_gemv_unstaged_inputs() {
     let target = Target::load("sm_90").expect("known");
     let options = Options { gemv_mma_staged: Some(false), ..Options::default() };
-    let op = ops::Gemv { quant: GgmlType::Q4_0, rows: 4096, cols: 4096, window: 8 }.into();
+    let op = ops::Gemv::new(GgmlType::Q4_0, 4096, 4096, 8).into();
     let kernels = vec![plan::rules::kernel_with(op, &target, &options)];
     insta::assert_snapshot!("matrix_unit_gemv_unstaged_inputs_sm_90", rendered(&target, options, kernels));
 }

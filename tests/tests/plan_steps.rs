@@ -45,7 +45,7 @@ fn check(bytes: Vec<u8>, target: &str, int8: Int8Dot) {
     let layers = forward.layers(&desc, &pack).expect("every tensor");
     let matrix = |name: &str| {
         let t = pack.tensor(name)?;
-        Some(Matrix { quant: t.ty, rows: t.shape[1] as u32, cols: t.shape[0] as u32 })
+        Some(Matrix::new(t.ty, t.shape[1] as u32, t.shape[0] as u32))
     };
     let output = matrix("output.weight").or_else(|| matrix("token_embd.weight")).expect("an output");
     let embedding = pack.tensor("token_embd.weight").expect("an embedding").ty;

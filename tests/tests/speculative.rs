@@ -47,7 +47,7 @@ fn window_columns_equal_single_token_products() {
         for int8 in [Int8Dot::Never, Int8Dot::Always] {
             let options = Options { int8, ..Options::default() };
             let run = |cpu: &mut Cpu, window: u32, column: u32| -> Vec<u32> {
-                let spec = rules::kernel_with(Op::Gemv(ops::Gemv { quant, rows, cols, window }), &target, &options);
+                let spec = rules::kernel_with(Op::Gemv(ops::Gemv::new(quant, rows, cols, window)), &target, &options);
                 let (q_at, d_at, x_at) =
                     ((column * cols) as usize, (column * cols / 16) as usize * 4, (column * cols * 4) as usize);
                 let args: Vec<(&str, Arg)> = match spec.tuning {

@@ -24,6 +24,16 @@ pub struct Matrix {
     pub rows: u32,
     /// Input features.
     pub cols: u32,
+    /// The matrices stacked in it (Q·K·V, gate·up): products of several columns lay
+    /// out each one's outputs apart ([`ops::Stack`]).
+    pub stack: ops::Stack,
+}
+
+impl Matrix {
+    /// One matrix.
+    pub fn new(quant: GgmlType, rows: u32, cols: u32) -> Matrix {
+        Matrix { quant, rows, cols, stack: ops::Stack::SINGLE }
+    }
 }
 
 /// The forward pass of one model: every step's op.
@@ -83,14 +93,11 @@ impl Forward {
                 let tensor = |n: &str| pack.tensor(&format!("blk.{l}.{n}.weight"));
                 let matrix = |n: &str| {
                     let t = tensor(n)?;
-                    Some(Matrix { quant: t.ty, rows: *t.shape.get(1)? as u32, cols: *t.shape.first()? as u32 })
+                    Some(Matrix::new(t.ty, *t.shape.get(1)? as u32, *t.shape.first()? as u32))
                 };
                 let stacked = |names: &[&str]| {
                     let tensors: Option<Vec<_>> = names.iter().map(|n| tensor(n)).collect();
-                    match tensors.as_deref().and_then(crate::plan::fused_gemv) {
-                        Some(Op::Gemv(g)) => Some(Matrix { quant: g.quant, rows: g.rows, cols: g.cols }),
-                        _ => None,
-                    }
+                    crate::plan::stacked_matrix(tensors.as_deref()?)
                 };
                 let ffn = match self.experts {
                     None => FfnShape::Dense {
@@ -144,15 +151,18 @@ impl Forward {
     }
 
     /// A product of `window` columns with `w`.
+    /// (One column's output is laid out alike whether stacked or not: its kernel is the
+    /// plain one.)
     pub fn product(&self, w: Matrix, window: u32) -> Op {
-        ops::Gemv { quant: w.quant, rows: w.rows, cols: w.cols, window }.into()
+        let stack = if window > 1 { w.stack } else { ops::Stack::SINGLE };
+        ops::Gemv { quant: w.quant, rows: w.rows, cols: w.cols, window, stack }.into()
     }
 
     /// A product of a batch's columns (their count a runtime scalar, at most
     /// [`rules::BATCH_GEMV_COLUMNS`]) with `w`, on the matrix unit.
     pub fn batch_product(&self, w: Matrix) -> Op {
         let max = crate::plan::rules::BATCH_GEMV_COLUMNS;
-        ops::BatchGemv { quant: w.quant, rows: w.rows, cols: w.cols, max }.into()
+        ops::BatchGemv { quant: w.quant, rows: w.rows, cols: w.cols, max, stack: w.stack }.into()
     }
 
     /// A product of a prompt chunk's columns (their count a runtime scalar) with `w`.

@@ -324,6 +324,34 @@ impl Walk<'_, '_> {
         if self.batch && fits && self.k.has(&batch) && self.k.int8(&batch) { batch } else { self.f.gemm(m) }
     }
 
+    /// `m`, stacked matrices, where a pass of `window` columns multiplies them in one
+    /// product; else `None`, and each is multiplied alone (a GEMM lays its output out
+    /// as one matrix's).
+    fn stacked(&mut self, m: Option<Matrix>, window: u32) -> Option<Matrix> {
+        let op = self.product(m?, window);
+        (!matches!(op, Op::Gemm(_)) && self.k.has(&op)).then_some(m?)
+    }
+
+    /// The products that read a layer's attention norm, for a window of `t` tokens.
+    fn attention_inputs(&mut self, ly: &LayerShape, t: u32) -> Vec<Matrix> {
+        match self.stacked(ly.qkv, t) {
+            Some(qkv) => vec![qkv],
+            None => vec![ly.q, ly.k, ly.v],
+        }
+    }
+
+    /// The products that read a layer's feed-forward norm, for a window of `t` tokens
+    /// (none for experts, whose products always read int8 input).
+    fn ffn_inputs(&mut self, ly: &LayerShape, t: u32) -> Vec<Matrix> {
+        match ly.ffn {
+            FfnShape::Dense { gate, up, gate_up, .. } => match self.stacked(gate_up, t) {
+                Some(gu) => vec![gu],
+                None => vec![gate, up],
+            },
+            FfnShape::Experts { .. } => vec![],
+        }
+    }
+
     fn int8(&mut self, m: Matrix, window: u32) -> bool {
         let op = self.product(m, window);
         self.k.int8(&op)
@@ -494,10 +522,10 @@ impl Walk<'_, '_> {
     fn dense_ffn(&mut self, l: u32, ffn: FfnShape, t: u32, h_q8: bool) {
         let FfnShape::Dense { gate, up, down, gate_up } = ffn else { return };
         let w = |w| at(Buf::Layer(l, w));
-        let (gate_in, up_in) = match gate_up {
-            Some(gu) if t == 1 => {
-                self.products(at(Buf::Normed), 1, &[(w(Weight::GateUp), gu, at(Buf::GateUp))], h_q8);
-                (at(Buf::GateUp), At { buf: Buf::GateUp, offset: gate.rows })
+        let (gate_in, up_in) = match self.stacked(gate_up, t) {
+            Some(gu) => {
+                self.products(at(Buf::Normed), t, &[(w(Weight::GateUp), gu, at(Buf::GateUp))], h_q8);
+                (at(Buf::GateUp), At { buf: Buf::GateUp, offset: t * gate.rows })
             }
             _ => {
                 let products = [(w(Weight::Gate), gate, at(Buf::Gate)), (w(Weight::Up), up, at(Buf::Up))];
@@ -611,24 +639,6 @@ impl Walk<'_, '_> {
     }
 }
 
-/// The products that read a layer's attention norm, for a window of `t` tokens.
-fn attention_inputs(ly: &LayerShape, t: u32) -> Vec<Matrix> {
-    match ly.qkv {
-        Some(qkv) if t == 1 => vec![qkv],
-        _ => vec![ly.q, ly.k, ly.v],
-    }
-}
-
-/// The products that read a layer's feed-forward norm, for a window of `t` tokens
-/// (none for experts, whose products always read int8 input).
-fn ffn_inputs(ly: &LayerShape, t: u32) -> Vec<Matrix> {
-    match ly.ffn {
-        FfnShape::Dense { gate_up: Some(gu), .. } if t == 1 => vec![gu],
-        FfnShape::Dense { gate, up, .. } => vec![gate, up],
-        FfnShape::Experts { .. } => vec![],
-    }
-}
-
 impl Forward {
     /// Every step of `pass`, in launch order.
     pub fn steps(&self, pass: &Pass<'_>, compiled: &mut dyn Compiled) -> Vec<Step> {
@@ -648,13 +658,14 @@ impl Forward {
         let mut cur = 0u8;
         let residual = |i: u8| Buf::Residual(i);
         for (l, ly) in (0u32..).zip(pass.layers) {
-            // Q, K, V: one stacked product when decoding, where the pack allows.
+            // Q, K, V: one stacked product, where the pack and the kernels allow.
             let normed = at(Buf::Normed);
-            let (q, k, v) = match ly.qkv {
-                Some(qkv) if t == 1 => {
-                    w.products(normed, 1, &[(layer(l, Weight::Qkv), qkv, at(Buf::Qkv))], h_q8);
+            let stacked = w.stacked(ly.qkv, t);
+            let (q, k, v) = match stacked {
+                Some(qkv) => {
+                    w.products(normed, t, &[(layer(l, Weight::Qkv), qkv, at(Buf::Qkv))], h_q8);
                     let part = |offset| At { buf: Buf::Qkv, offset };
-                    (part(0), part(qd), part(qd + kd))
+                    (part(0), part(t * qd), part(t * (qd + kd)))
                 }
                 _ => {
                     let (q, k, v) = (at(Buf::Q), at(Buf::K), at(Buf::V));
@@ -676,7 +687,7 @@ impl Forward {
             let (q, k) = match (self.head_norm(), self.qk_norm()) {
                 (Some(head_norm), Some(fused)) => {
                     let (qn, kn) = (at(Buf::QkNormed), At { buf: Buf::QkNormed, offset: t * qd });
-                    if t == 1 && ly.qkv.is_some() && w.k.has(&fused) {
+                    if t == 1 && stacked.is_some() && w.k.has(&fused) {
                         let args = [("x", q), ("w", layer(l, Weight::QkNorm)), ("y", qn)];
                         w.launch(fused, &args, &[("rows", count(self.heads + self.kv_heads))]);
                     } else {
@@ -717,7 +728,7 @@ impl Forward {
             let merge_q8 = w.attention(l, q, t, seqs, sparse, ly.o);
             w.products(at(Buf::AttnOut), t, &[(layer(l, Weight::O), ly.o, at(Buf::Proj))], merge_q8);
             let ffn_norm = Buf::Layer(l, Weight::FfnNorm);
-            let (a, sum, next) = (residual(cur), residual(1 - cur), ffn_inputs(ly, t));
+            let (a, sum, next) = (residual(cur), residual(1 - cur), w.ffn_inputs(ly, t));
             let post = Buf::Layer(l, Weight::PostAttnNorm);
             h_q8 = w.add_norm(a, Some(Buf::Proj), post, ffn_norm, sum, t, &next);
             cur = 1 - cur;
@@ -736,7 +747,7 @@ impl Forward {
             match pass.layers.get(l as usize + 1) {
                 Some(next) => {
                     let norm = Buf::Layer(l + 1, Weight::AttnNorm);
-                    let (a, sum, next) = (residual(cur), residual(1 - cur), attention_inputs(next, t));
+                    let (a, sum, next) = (residual(cur), residual(1 - cur), w.attention_inputs(next, t));
                     let post = Buf::Layer(l, Weight::PostFfnNorm);
                     h_q8 = w.add_norm(a, out, post, norm, sum, t, &next);
                 }

@@ -112,6 +112,8 @@ fn context(k: &KernelRecord, target: &HostTarget) -> Value {
         Op::Gemv(g) => {
             let mut p = product(g.quant, g.cols);
             p["q8"] = json!(matches!(k.tuning, Tuning::GemvQ8(_)));
+            p["s1"] = json!(g.stack.0[0]);
+            p["s2"] = json!(g.stack.0[1]);
             if superblock_gemv(k, target).is_some() {
                 p["superblock_bytes"] = json!(g.quant.row_bytes(256).unwrap_or(0));
                 p["superblocks"] = json!(g.cols / 256);

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::gemv::check_tuning;
+use super::gemv::{Stack, check_stack, check_tuning};
 use super::{Checker, Gemv, KernelOp, Parts, scalar};
 use crate::plan::rules;
 use crate::plan::{KernelRecord, Options, Tuning};
@@ -27,27 +27,30 @@ pub struct BatchGemv {
     pub cols: u32,
     /// Most columns a launch takes (its buffers' extents and the `tokens` scalar's bound).
     pub max: u32,
+    /// The matrices stacked in `rows` ([`Gemv::stack`]), laid out by the run-time count.
+    #[serde(default, skip_serializing_if = "Stack::is_single")]
+    pub stack: Stack,
 }
 
 impl BatchGemv {
     /// The window GEMV of its most columns, whose kernel it is with the count read at
     /// run time.
     fn gemv(&self) -> Gemv {
-        let BatchGemv { quant, rows, cols, max } = *self;
-        Gemv { quant, rows, cols, window: max }
+        let BatchGemv { quant, rows, cols, max, stack } = *self;
+        Gemv { quant, rows, cols, window: max, stack }
     }
 
     /// The tuning of its matrix-unit kernel, where `target` and `options` give one.
     pub fn tuning(&self, target: &Target, options: &Options) -> Option<crate::plan::GemvMmaTuning> {
-        let BatchGemv { quant, rows, cols, max } = *self;
+        let BatchGemv { quant, rows, cols, max, .. } = *self;
         rules::gemv_mma(quant, rows, cols, max, target, options)
     }
 }
 
 impl KernelOp for BatchGemv {
     fn kernel_name(&self) -> String {
-        let BatchGemv { quant, rows, cols, max } = self;
-        format!("batch_gemv_{}_{rows}x{cols}_n{max}", quant.name().to_ascii_lowercase())
+        let BatchGemv { quant, rows, cols, max, stack } = self;
+        format!("batch_gemv_{}_{}x{cols}_n{max}", quant.name().to_ascii_lowercase(), stack.rows_label(*rows))
     }
 
     fn record(&self, target: &Target, options: &Options) -> Parts {
@@ -63,7 +66,8 @@ impl KernelOp for BatchGemv {
     }
 
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
-        let BatchGemv { quant, rows, cols, max } = *self;
+        let BatchGemv { quant, rows, cols, max, stack } = *self;
+        check_stack(c, stack, rows);
         if !matches!(k.tuning, Tuning::GemvMma(_)) {
             c.tuning_missing("a batch's GEMV runs on the int8 matrix unit only");
             return;

@@ -144,7 +144,8 @@ impl KernelOp for ExpertGemv {
             "w_base": format!("(u64)slot * {matrix_bytes}u + "),
             "w_len": format!("(u64)slots * {matrix_bytes}u"),
         });
-        super::merge(gemv_context(k, target, quant, rows, cols, window), weights)
+        let ctx = super::merge(gemv_context(k, target, quant, rows, cols, window), weights);
+        super::merge(ctx, super::Stack::SINGLE.context())
     }
 
     fn template(&self, k: &KernelRecord) -> Option<&'static str> {

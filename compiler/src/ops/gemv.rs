@@ -27,12 +27,89 @@ pub struct Gemv {
     pub cols: u32,
     /// Columns per launch.
     pub window: u32,
+    /// The matrices stacked in `rows`, whose outputs a window lays out one after another.
+    #[serde(default, skip_serializing_if = "Stack::is_single")]
+    pub stack: Stack,
+}
+
+/// Where the second and the third of the matrices stacked in one product start (rows; 0:
+/// no such matrix). Products that read the same input (Q·K·V, gate·up) are one launch
+/// over their stacked rows; over several columns each matrix's outputs are laid out
+/// `[t][its rows]` after the one before's, so that its consumers read each as if it were
+/// made alone (`strata_out_at` in `common.cuh`). One column's layout is the plain one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Stack(pub [u32; 2]);
+
+impl Stack {
+    /// One matrix.
+    pub const SINGLE: Stack = Stack([0, 0]);
+
+    /// The stack of matrices of these row counts, in order (two or three; one or more
+    /// than three gives [`Stack::SINGLE`]).
+    pub fn of(rows: &[u32]) -> Stack {
+        match *rows {
+            [a, _] => Stack([a, 0]),
+            [a, b, _] => Stack([a, a + b]),
+            _ => Stack::SINGLE,
+        }
+    }
+
+    /// Whether this is one matrix.
+    pub fn is_single(&self) -> bool {
+        *self == Stack::SINGLE
+    }
+
+    /// The row counts of the stacked matrices, of `rows` in all.
+    pub fn parts(&self, rows: u32) -> Vec<u32> {
+        let mut starts: Vec<u32> = self.0.iter().copied().filter(|&s| s != 0).collect();
+        starts.insert(0, 0);
+        starts.push(rows);
+        starts.windows(2).map(|w| w[1].saturating_sub(w[0])).collect()
+    }
+
+    /// Where output `(t, row)` of `columns` columns lands, as `strata_out_at` places it.
+    pub fn out_at(&self, t: usize, row: usize, columns: usize, rows: usize) -> usize {
+        let [s1, s2] = self.0.map(|s| s as usize);
+        let start = if s2 != 0 && row >= s2 {
+            s2
+        } else if s1 != 0 && row >= s1 {
+            s1
+        } else {
+            0
+        };
+        let end = if s1 != 0 && row < s1 {
+            s1
+        } else if s2 != 0 && row < s2 {
+            s2
+        } else {
+            rows
+        };
+        start * columns + t * (end - start) + (row - start)
+    }
+
+    /// The rows in a kernel name: `960`, or stacked `576_192_192`.
+    pub fn rows_label(&self, rows: u32) -> String {
+        self.parts(rows).iter().map(u32::to_string).collect::<Vec<_>>().join("_")
+    }
+
+    /// The template values `strata_out_at` takes.
+    pub(crate) fn context(&self) -> Value {
+        json!({ "s1": self.0[0], "s2": self.0[1] })
+    }
+}
+
+impl Gemv {
+    /// The product of one matrix (no stack).
+    pub fn new(quant: GgmlType, rows: u32, cols: u32, window: u32) -> Gemv {
+        Gemv { quant, rows, cols, window, stack: Stack::SINGLE }
+    }
 }
 
 impl KernelOp for Gemv {
     fn kernel_name(&self) -> String {
-        let Gemv { quant, rows, cols, window } = self;
+        let Gemv { quant, rows, cols, window, stack } = self;
         let q = quant.name().to_ascii_lowercase();
+        let rows = stack.rows_label(*rows);
         match window {
             1 => format!("gemv_{q}_{rows}x{cols}"),
             _ => format!("gemv_{q}_{rows}x{cols}_t{window}"),
@@ -40,7 +117,7 @@ impl KernelOp for Gemv {
     }
 
     fn record(&self, target: &Target, options: &Options) -> Parts {
-        let Gemv { quant, rows, cols, window } = *self;
+        let Gemv { quant, rows, cols, window, .. } = *self;
         let wave = target.device.wave_size;
         let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(0);
         let w = buffer("w", Elem::U8, fixed_len(u64::from(rows) * row_bytes), false);
@@ -91,8 +168,9 @@ impl KernelOp for Gemv {
     }
 
     fn check(&self, k: &KernelRecord, c: &mut Checker) {
-        let Gemv { quant, rows, cols, window } = *self;
+        let Gemv { quant, rows, cols, window, stack } = *self;
         c.window(window);
+        check_stack(c, stack, rows);
         check_tuning(k, c, quant, rows, cols, window);
         let row_bytes = quant.row_bytes(u64::from(cols)).unwrap_or(u64::MAX);
         c.extents.push(("w", u64::from(rows).saturating_mul(row_bytes)));
@@ -108,9 +186,10 @@ impl KernelOp for Gemv {
     }
 
     fn context(&self, k: &KernelRecord, target: &Target) -> Value {
-        let Gemv { quant, rows, cols, window } = *self;
+        let Gemv { quant, rows, cols, window, stack } = *self;
         let weights = json!({ "experts": false, "w_base": "", "w_len": format!("{}ull", fixed(k, "w")) });
-        super::merge(gemv_context(k, target, quant, rows, cols, window), weights)
+        let ctx = super::merge(gemv_context(k, target, quant, rows, cols, window), weights);
+        super::merge(ctx, stack.context())
     }
 
     fn template(&self, k: &KernelRecord) -> Option<&'static str> {
@@ -119,6 +198,18 @@ impl KernelOp for Gemv {
 
     fn uses_matrix_unit(&self, k: &KernelRecord) -> bool {
         matches!(k.tuning, Tuning::GemvMma(_))
+    }
+}
+
+/// A stack's matrices must each have rows, in order, within the product's.
+pub(crate) fn check_stack(c: &mut Checker, stack: Stack, rows: u32) {
+    let [s1, s2] = stack.0;
+    if !(s1 < rows && s2 < rows && (s2 == 0 || s1 != 0 && s1 < s2)) {
+        c.fail(
+            "the stacked matrices",
+            format!("starting at rows {s1} and {s2}"),
+            format!("in order within {rows} rows"),
+        );
     }
 }
 

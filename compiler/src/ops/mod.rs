@@ -42,7 +42,7 @@ pub use embed::Embed;
 pub use expert_gemm::ExpertGemm;
 pub use expert_gemv::{ExpertGemv, ExpertInput};
 pub use gemm::Gemm;
-pub use gemv::Gemv;
+pub use gemv::{Gemv, Stack};
 pub use moe_group::MoeGroup;
 pub use moe_route::{MoeRoute, RouteLayout};
 pub use moe_sum::MoeSum;
@@ -379,8 +379,8 @@ mod tests {
         };
         let (q4, iq2) = (GgmlType::Q4_0, GgmlType::IQ2_XS);
         let cases: Vec<(Op, Int8Dot, Break)> = vec![
-            (Gemv { quant: q4, rows: 4096, cols: 4096, window: 4 }.into(), Int8Dot::Never, shared),
-            (Gemv { quant: iq2, rows: 4096, cols: 4096, window: 4 }.into(), Int8Dot::Always, shared),
+            (Gemv::new(q4, 4096, 4096, 4).into(), Int8Dot::Never, shared),
+            (Gemv::new(iq2, 4096, 4096, 4).into(), Int8Dot::Always, shared),
             (Gemm { quant: q4, rows: 4096, cols: 4096 }.into(), Int8Dot::Auto, shared),
             (
                 ExpertGemv {

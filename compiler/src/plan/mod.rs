@@ -10,7 +10,7 @@ pub mod rules;
 
 use serde::{Deserialize, Serialize};
 
-use crate::forward::Forward;
+use crate::forward::{Forward, Matrix};
 use crate::model::{ModelDesc, Role};
 use crate::ops::{self, ExpertInput, Op};
 use crate::pack::{Pack, TensorInfo};
@@ -691,7 +691,7 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
                 what: format!("row length {cols} is not a multiple of 32, which every GEMV kernel needs"),
             });
         }
-        ops.extend(windows.iter().map(|&window| Op::Gemv(ops::Gemv { quant: t.ty, rows, cols, window })));
+        ops.extend(windows.iter().map(|&window| Op::Gemv(ops::Gemv::new(t.ty, rows, cols, window))));
         if prefill {
             let gemm = Op::Gemm(ops::Gemm { quant: t.ty, rows, cols });
             // The logits of a prompt chunk are its last token's: the output's GEMM only ever
@@ -707,22 +707,27 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
             }
             // A batch wider than the verify window: its products on the matrix unit,
             // where the GEMV takes it.
-            let batch = ops::BatchGemv { quant: t.ty, rows, cols, max: rules::BATCH_GEMV_COLUMNS };
+            let batch =
+                ops::BatchGemv { quant: t.ty, rows, cols, max: rules::BATCH_GEMV_COLUMNS, stack: ops::Stack::SINGLE };
             if batch.tuning(target, options).is_some() {
                 ops.push(batch.into());
             }
         }
     }
 
-    // Decode (window 1) fuses the projections that read the same input: Q, K and V in
-    // one product, gate and up in another, over their rows stacked in that order (the
-    // runtime uploads them that way), where a layer stores them in one type.
+    // The projections that read the same input are one product: Q, K and V in one,
+    // gate and up in another, over their rows stacked in that order (the runtime
+    // uploads them that way), where a layer stores them in one type: in every window,
+    // and in a batch's GEMV where its matrices take one.
     for layer in 0..model.layers {
         for group in [&["attn_q", "attn_k", "attn_v"][..], &["ffn_gate", "ffn_up"][..]] {
             let tensors: Option<Vec<_>> =
                 group.iter().map(|n| pack.tensor(&format!("blk.{layer}.{n}.weight"))).collect();
-            if let Some(fused) = tensors.as_deref().and_then(fused_gemv) {
-                ops.push(fused);
+            let Some(stacked) = tensors.as_deref().and_then(stacked_matrix) else { continue };
+            ops.extend(windows.iter().map(|&window| forward.product(stacked, window)));
+            let batch = forward.batch_product(stacked);
+            if prefill && matches!(&batch, Op::BatchGemv(b) if b.tuning(target, options).is_some()) {
+                ops.push(batch);
             }
         }
     }
@@ -880,15 +885,22 @@ fn expert_ops(
     Ok(ops)
 }
 
-/// The window-1 GEMV over `tensors` stacked by rows, if they share type and row length
-/// (and the row length suits a GEMV).
-pub fn fused_gemv(tensors: &[&TensorInfo]) -> Option<Op> {
+/// `tensors` stacked by rows as one matrix, if they share type and row length (and the
+/// row length suits a GEMV).
+pub fn stacked_matrix(tensors: &[&TensorInfo]) -> Option<Matrix> {
     let first = tensors.first()?;
     let (quant, cols) = (first.ty, *first.shape.first()?);
     let same = tensors.iter().all(|t| t.ty == quant && t.shape.len() == 2 && t.shape[0] == cols);
-    let rows: u64 = tensors.iter().map(|t| t.shape[1]).sum();
-    if !same || cols % 32 != 0 || tensors.len() < 2 {
+    if !same || cols % 32 != 0 || !(2..=3).contains(&tensors.len()) {
         return None;
     }
-    Some(Op::Gemv(ops::Gemv { quant, rows: u32::try_from(rows).ok()?, cols: u32::try_from(cols).ok()?, window: 1 }))
+    let parts: Vec<u32> = tensors.iter().map(|t| u32::try_from(t.shape[1]).ok()).collect::<Option<_>>()?;
+    let rows = parts.iter().try_fold(0u32, |sum, &r| sum.checked_add(r))?;
+    Some(Matrix { quant, rows, cols: u32::try_from(cols).ok()?, stack: ops::Stack::of(&parts) })
+}
+
+/// The window-1 GEMV over `tensors` stacked by rows ([`stacked_matrix`]).
+pub fn fused_gemv(tensors: &[&TensorInfo]) -> Option<Op> {
+    let m = stacked_matrix(tensors)?;
+    Some(Op::Gemv(ops::Gemv::new(m.quant, m.rows, m.cols, 1)))
 }

@@ -838,13 +838,9 @@ mod tests {
         let options = Options { q8_rows: Some(4), ..Options::default() };
         let four = gemv_q8(GgmlType::Q4_0, 4096, 14_336, 1, &sm90, &options).expect("int8");
         assert_eq!(four.slab_bytes, 576);
-        let spec = kernel_with(
-            Op::Gemv(ops::Gemv { quant: GgmlType::Q4_0, rows: 4096, cols: 14_336, window: 1 }),
-            &sm90,
-            &options,
-        );
+        let spec = kernel_with(Op::Gemv(ops::Gemv::new(GgmlType::Q4_0, 4096, 14_336, 1)), &sm90, &options);
         assert_eq!(spec.launch.grid[0], Dim::Fixed(128), "4096 rows, 32 a block");
-        let big = Op::Gemv(ops::Gemv { quant: GgmlType::Q4_0, rows: 28_672, cols: 4096, window: 1 });
+        let big = Op::Gemv(ops::Gemv::new(GgmlType::Q4_0, 28_672, 4096, 1));
         assert_eq!(kernel_with(big, &sm90, &options).launch.grid[0], Dim::Fixed(132 * Q8_BLOCKS_PER_CU));
     }
 

@@ -147,8 +147,8 @@ fn rotation_layout(quant: GgmlType, rows: u32, cols: u32) -> (usize, usize, usiz
 /// most columns (timed beside the windows of its shape).
 fn gemv_columns(op: &Op) -> Option<(Shape, u32)> {
     match *op {
-        Op::Gemv(ops::Gemv { quant, rows, cols, window }) => Some(((quant, rows, cols), window)),
-        Op::BatchGemv(ops::BatchGemv { quant, rows, cols, max }) => Some(((quant, rows, cols), max)),
+        Op::Gemv(ops::Gemv { quant, rows, cols, window, .. }) => Some(((quant, rows, cols), window)),
+        Op::BatchGemv(ops::BatchGemv { quant, rows, cols, max, .. }) => Some(((quant, rows, cols), max)),
         _ => None,
     }
 }
@@ -157,9 +157,7 @@ fn gemv_columns(op: &Op) -> Option<(Shape, u32)> {
 /// kernels by name.
 fn bench_order(spec: &KernelRecord) -> (String, u32) {
     match gemv_columns(&spec.op) {
-        Some(((quant, rows, cols), window)) => {
-            (Op::Gemv(ops::Gemv { quant, rows, cols, window: 1 }).kernel_name(), window)
-        }
+        Some(((quant, rows, cols), window)) => (Op::Gemv(ops::Gemv::new(quant, rows, cols, 1)).kernel_name(), window),
         None => (spec.name.clone(), 1),
     }
 }
@@ -301,7 +299,7 @@ impl Model {
             .kernels
             .specs()
             .filter_map(|k| match k.op {
-                Op::Gemv(ops::Gemv { quant, rows, cols, window }) if window > 1 => Some((quant, rows, cols)),
+                Op::Gemv(ops::Gemv { quant, rows, cols, window, .. }) if window > 1 => Some((quant, rows, cols)),
                 _ => None,
             })
             .collect();
@@ -309,7 +307,7 @@ impl Model {
         shapes.dedup();
         for (quant, rows, cols) in shapes {
             for window in 1..=MAX_WINDOW {
-                let op = Op::Gemv(ops::Gemv { quant, rows, cols, window });
+                let op = Op::Gemv(ops::Gemv::new(quant, rows, cols, window));
                 if self.kernels.has(&op) {
                     self.kernels.get(&op)?;
                 }

@@ -39,7 +39,7 @@ impl Layer {
                 gate: gate.matrix(),
                 up: up.matrix(),
                 down: down.matrix(),
-                gate_up: gate_up.map(|w| w.matrix()),
+                gate_up: gate_up.map(|w| w.stacked(&[gate, up])),
             },
             Ffn::Experts { router } => {
                 let (gate_up, down) = experts?;
@@ -47,7 +47,8 @@ impl Layer {
             }
         };
         let (q, k, v, o) = (self.q.matrix(), self.k.matrix(), self.v.matrix(), self.o.matrix());
-        Some(LayerShape { q, k, v, o, qkv: self.qkv.map(|w| w.matrix()), ffn })
+        let qkv = self.qkv.map(|w| w.stacked(&[self.q, self.k, self.v]));
+        Some(LayerShape { q, k, v, o, qkv, ffn })
     }
 }
 

@@ -8,6 +8,7 @@
 
 use strata_compiler::forward::Matrix;
 use strata_compiler::model::ModelDesc;
+use strata_compiler::ops::Stack;
 use strata_compiler::quant::GgmlType;
 
 use super::upload::Uploader;
@@ -29,7 +30,13 @@ pub(super) struct Weight {
 impl Weight {
     /// The matrix a product of this weight reads.
     pub(super) fn matrix(&self) -> Matrix {
-        Matrix { quant: self.ty, rows: self.rows, cols: self.cols }
+        Matrix::new(self.ty, self.rows, self.cols)
+    }
+
+    /// The matrix of this weight, `parts` stacked.
+    pub(super) fn stacked(&self, parts: &[Weight]) -> Matrix {
+        let rows: Vec<u32> = parts.iter().map(|w| w.rows).collect();
+        Matrix { stack: Stack::of(&rows), ..self.matrix() }
     }
 }
 

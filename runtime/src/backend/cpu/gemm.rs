@@ -42,7 +42,7 @@ mod tests {
             // As the CPU plans them (`Kernels::planned`): no stream-K workspace.
             let options = Options { int8, stream_k: false, ..Options::default() };
             let gemm = rules::kernel_with(Op::Gemm(ops::Gemm { quant, rows, cols }), &target, &options);
-            let gemv = rules::kernel_with(Op::Gemv(ops::Gemv { quant, rows, cols, window: 1 }), &target, &options);
+            let gemv = rules::kernel_with(Op::Gemv(ops::Gemv::new(quant, rows, cols, 1)), &target, &options);
             let quantized = gemm.buffers.iter().any(|b| b.name == "xq");
             assert_eq!(quantized, matches!(gemm.tuning, Tuning::GemmQ8(_)), "{}", gemm.name);
             if int8 == Int8Dot::Always && !quantized {

@@ -10,24 +10,41 @@ use strata_compiler::ops;
 use strata_compiler::quant::GgmlType;
 
 /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for `t < window`, rows dequantized one at a time
-/// and spread over all cores (see [`product`]).
+/// and spread over all cores (see [`product`]), a stack's matrices laid out apart.
 pub(super) fn run(op: &ops::Gemv, io: &mut OpIo) -> Result<(), RunError> {
-    let ops::Gemv { quant, rows, cols, window } = *op;
+    let ops::Gemv { quant, rows, cols, window, stack } = *op;
     let x = io.activations((window * cols) as usize);
     let y = product(quant, rows, cols, io.input("w"), &x, window as usize);
-    io.output_floats("y", &y);
+    io.output_floats("y", &unstack(stack, rows, y));
     Ok(())
 }
 
 /// The batch's GEMV (`Op::BatchGemv`): the GEMV's product over its runtime count of
 /// columns.
 pub(super) fn run_batch(op: &ops::BatchGemv, io: &mut OpIo) -> Result<(), RunError> {
-    let ops::BatchGemv { quant, rows, cols, max } = *op;
+    let ops::BatchGemv { quant, rows, cols, max, stack } = *op;
     let tokens = io.scalar("tokens").min(max) as usize;
     let x = io.activations(tokens * cols as usize);
     let y = product(quant, rows, cols, io.input("w"), &x, tokens);
-    io.output_floats("y", &y);
+    io.output_floats("y", &unstack(stack, rows, y));
     Ok(())
+}
+
+/// `y` (`[t][rows]`) laid out as `stack` has it: each stacked matrix's `[t][its rows]`
+/// after the one before's.
+fn unstack(stack: ops::Stack, rows: u32, y: Vec<f32>) -> Vec<f32> {
+    if stack.is_single() {
+        return y;
+    }
+    let rows = rows as usize;
+    let columns = y.len() / rows.max(1);
+    let mut out = vec![0f32; y.len()];
+    for t in 0..columns {
+        for r in 0..rows {
+            out[stack.out_at(t, r, columns, rows)] = y[t * rows + r];
+        }
+    }
+    out
 }
 
 /// `y[t][r] = Σ_c W[r][c] · x[t][c]` for the `x.len() / cols` columns of `x`: the
@@ -72,7 +89,7 @@ mod tests {
         let (rows, cols, window) = (8u32, 512u32, 3u32);
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         for quant in [GgmlType::Q4_0, GgmlType::IQ2_XS] {
-            let op = Op::Gemv(ops::Gemv { quant, rows, cols, window });
+            let op = Op::Gemv(ops::Gemv::new(quant, rows, cols, window));
             let (q8, float) = (
                 rules::kernel_with(op.clone(), &target, &Options { int8: Int8Dot::Always, ..Options::default() }),
                 rules::kernel_with(op, &target, &Options { int8: Int8Dot::Never, ..Options::default() }),
@@ -102,6 +119,68 @@ mod tests {
                 floats(&out, (window * rows) as usize)
             };
             assert_eq!(read(&mut cpu, y1), read(&mut cpu, y2), "{quant}");
+        }
+    }
+
+    /// A stacked product of several columns (a window's GEMV, a batch's of fewer columns
+    /// than it takes) leaves each matrix's outputs where that matrix's own product would
+    /// (`[t][its rows]`, one matrix after another).
+    #[test]
+    fn a_stacked_product_lays_out_each_matrix_as_its_own_product() {
+        let target = Target::load("sm_90").expect("known");
+        let options = Options::default();
+        let (quant, cols, parts) = (GgmlType::Q4_0, 256u32, [32u32, 16, 16]);
+        let rows: u32 = parts.iter().sum();
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let row_bytes = quant.row_bytes(u64::from(cols)).expect("whole") as usize;
+        let mut w = vec![0u8; row_bytes * rows as usize];
+        random_blocks(quant, &mut rng, &mut w, 0.05).expect("valid");
+        let stack = ops::Stack::of(&parts);
+        let max = rules::BATCH_GEMV_COLUMNS;
+        for (columns, stacked) in [
+            (3, Op::Gemv(ops::Gemv { quant, rows, cols, window: 3, stack })),
+            (2, Op::BatchGemv(ops::BatchGemv { quant, rows, cols, max, stack })),
+        ] {
+            // Inputs for the most columns a batch's GEMV takes (its buffers' extents).
+            let x = random_floats(&mut rng, (max * cols) as usize, 1.0);
+            let (xq, xd) = quantize_q8(&x);
+            let mut cpu = Cpu::new();
+            let mut run = |op: Op, w: &[u8], out: u32| {
+                let spec = rules::kernel_with(op, &target, &options);
+                let mut buffer = |bytes: &[u8]| {
+                    let b = cpu.alloc(bytes.len()).expect("host memory");
+                    cpu.write(b, 0, bytes).expect("in bounds");
+                    b
+                };
+                let (wb, xqb, xdb, xb) = (buffer(w), buffer(&xq), buffer(&f32_bytes(&xd)), buffer(&f32_bytes(&x)));
+                let y = buffer(&vec![0; (max * out) as usize * 4]);
+                let mut args = vec![("w", Arg::Buf(wb, 0)), ("y", Arg::Buf(y, 0))];
+                match spec.tuning {
+                    Tuning::Gemv(_) => args.push(("x", Arg::Buf(xb, 0))),
+                    _ => args.extend([("xq", Arg::Buf(xqb, 0)), ("xd", Arg::Buf(xdb, 0))]),
+                }
+                args.push(("tokens", Arg::U32(columns)));
+                args.retain(|(name, _)| {
+                    spec.buffers.iter().any(|b| b.name == *name) || spec.scalars.iter().any(|s| s.name == *name)
+                });
+                cpu.call(&spec, &args).expect("runs");
+                let mut bytes = vec![0u8; (columns * out) as usize * 4];
+                cpu.read(y, 0, &mut bytes).expect("in bounds");
+                floats(&bytes, (columns * out) as usize)
+            };
+            let together = run(stacked.clone(), &w, rows);
+            let mut first = 0;
+            let mut alone = Vec::new();
+            for part in parts {
+                let op = match &stacked {
+                    Op::Gemv(g) => Op::Gemv(ops::Gemv::new(quant, part, cols, g.window)),
+                    _ => Op::BatchGemv(ops::BatchGemv { quant, rows: part, cols, max, stack: ops::Stack::SINGLE }),
+                };
+                let bytes = &w[first as usize * row_bytes..(first + part) as usize * row_bytes];
+                alone.extend(run(op, bytes, part));
+                first += part;
+            }
+            assert_eq!(together, alone, "{}", stacked.kernel_name());
         }
     }
 }
