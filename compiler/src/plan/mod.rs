@@ -717,14 +717,19 @@ pub fn plan(model: &ModelDesc, pack: &Pack, target: &Target, options: &Options) 
 
     // The projections that read the same input are one product: Q, K and V in one,
     // gate and up in another, over their rows stacked in that order (the runtime
-    // uploads them that way), where a layer stores them in one type: in every window,
-    // and in a batch's GEMV where its matrices take one.
+    // uploads them that way), where a layer stores them in one type: in the decode step,
+    // and where one of them leaves compute units idle (`rules::stack_products`) in every
+    // window and in a batch's GEMV where its matrices take one.
     for layer in 0..model.layers {
         for group in [&["attn_q", "attn_k", "attn_v"][..], &["ffn_gate", "ffn_up"][..]] {
             let tensors: Option<Vec<_>> =
                 group.iter().map(|n| pack.tensor(&format!("blk.{layer}.{n}.weight"))).collect();
             let Some(stacked) = tensors.as_deref().and_then(stacked_matrix) else { continue };
-            ops.extend(windows.iter().map(|&window| forward.product(stacked, window)));
+            ops.push(forward.product(stacked, 1));
+            if !rules::stack_products(&stacked.stack.parts(stacked.rows), target) {
+                continue;
+            }
+            ops.extend(windows.iter().filter(|&&w| w > 1).map(|&window| forward.product(stacked, window)));
             let batch = forward.batch_product(stacked);
             if prefill && matches!(&batch, Op::BatchGemv(b) if b.tuning(target, options).is_some()) {
                 ops.push(batch);

@@ -143,6 +143,22 @@ pub const BATCH_GEMV_MAX_SPLITS: u32 = 8;
 /// k and v 9.8 instead of 10.3; gate and up (224 panels) 56.3 instead of 33.9, so they
 /// keep [`GEMV_MMA_SLAB_BYTES`].
 pub const BATCH_GEMV_SLAB_BYTES: u32 = 256;
+/// Rows a compute unit takes of a product before stacking stops paying: a window's or a
+/// batch's product stacks matrices (Q·K·V, gate·up, [`crate::ops::Stack`]) only where one
+/// of them alone has fewer than this many rows a compute unit, so that its launch would
+/// leave units idle. On an H100 (docs/PERFORMANCE.md, fourteenth session) Llama-8B's
+/// Q·K·V (K and V 1024 rows) took 10.94 µs stacked at 8 columns instead of 13.84 alone,
+/// 25.13 at 32 instead of 33.96, and SmolLM2's launch-bound step 17-26% less; its
+/// gate·up (14336 rows each) 38.06 instead of 34.52 at 8 and 77.44 instead of 66.74 at
+/// 32. (A decode step's stack is always taken: 24.20 against 24.44 for gate·up.)
+pub const STACK_ROWS_PER_CU: u32 = 64;
+
+/// Whether a product of several columns stacks matrices of these row counts in one
+/// launch ([`STACK_ROWS_PER_CU`]).
+pub fn stack_products(parts: &[u32], target: &Target) -> bool {
+    parts.iter().any(|&rows| rows < target.device.compute_units * STACK_ROWS_PER_CU)
+}
+
 /// Most columns a matrix-unit GEMV takes (four 8-column tiles): the width of a batch's
 /// GEMV ([`crate::ops::BatchGemv`]), which a batch of decode steps wider than the
 /// verify window takes for its products instead of the prompt chunk's GEMM.
@@ -842,6 +858,16 @@ mod tests {
         assert_eq!(spec.launch.grid[0], Dim::Fixed(128), "4096 rows, 32 a block");
         let big = Op::Gemv(ops::Gemv::new(GgmlType::Q4_0, 28_672, 4096, 1));
         assert_eq!(kernel_with(big, &sm90, &options).launch.grid[0], Dim::Fixed(132 * Q8_BLOCKS_PER_CU));
+    }
+
+    #[test]
+    fn products_stack_where_a_part_alone_leaves_compute_units_idle() {
+        let sm90 = Target::load("sm_90").expect("known");
+        assert!(stack_products(&[4096, 1024, 1024], &sm90), "Llama-8B's Q·K·V: K and V have 16 panels");
+        assert!(!stack_products(&[14_336, 14_336], &sm90), "its gate·up fill the units alone");
+        assert!(stack_products(&[1536, 1536], &sm90), "SmolLM2's gate·up");
+        let units = sm90.device.compute_units * STACK_ROWS_PER_CU;
+        assert!(!stack_products(&[units, units], &sm90) && stack_products(&[units, units - 1], &sm90));
     }
 
     #[test]
