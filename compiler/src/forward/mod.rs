@@ -150,9 +150,8 @@ impl Forward {
         self.experts.map_or(0, |x| x.used)
     }
 
-    /// A product of `window` columns with `w`.
-    /// (One column's output is laid out alike whether stacked or not: its kernel is the
-    /// plain one.)
+    /// A product of `window` columns with `w` (of one column, a stack's kernel is the
+    /// plain one: its output is laid out alike).
     pub fn product(&self, w: Matrix, window: u32) -> Op {
         let stack = if window > 1 { w.stack } else { ops::Stack::SINGLE };
         ops::Gemv { quant: w.quant, rows: w.rows, cols: w.cols, window, stack }.into()

@@ -67,26 +67,6 @@ impl Stack {
         starts.windows(2).map(|w| w[1].saturating_sub(w[0])).collect()
     }
 
-    /// Where output `(t, row)` of `columns` columns lands, as `strata_out_at` places it.
-    pub fn out_at(&self, t: usize, row: usize, columns: usize, rows: usize) -> usize {
-        let [s1, s2] = self.0.map(|s| s as usize);
-        let start = if s2 != 0 && row >= s2 {
-            s2
-        } else if s1 != 0 && row >= s1 {
-            s1
-        } else {
-            0
-        };
-        let end = if s1 != 0 && row < s1 {
-            s1
-        } else if s2 != 0 && row < s2 {
-            s2
-        } else {
-            rows
-        };
-        start * columns + t * (end - start) + (row - start)
-    }
-
     /// The rows in a kernel name: `960`, or stacked `576_192_192`.
     pub fn rows_label(&self, rows: u32) -> String {
         self.parts(rows).iter().map(u32::to_string).collect::<Vec<_>>().join("_")

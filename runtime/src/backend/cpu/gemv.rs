@@ -31,18 +31,20 @@ pub(super) fn run_batch(op: &ops::BatchGemv, io: &mut OpIo) -> Result<(), RunErr
 }
 
 /// `y` (`[t][rows]`) laid out as `stack` has it: each stacked matrix's `[t][its rows]`
-/// after the one before's.
+/// after the one before's (`strata_out_at`).
 fn unstack(stack: ops::Stack, rows: u32, y: Vec<f32>) -> Vec<f32> {
     if stack.is_single() {
         return y;
     }
-    let rows = rows as usize;
+    let (rows, mut start) = (rows as usize, 0);
     let columns = y.len() / rows.max(1);
-    let mut out = vec![0f32; y.len()];
-    for t in 0..columns {
-        for r in 0..rows {
-            out[stack.out_at(t, r, columns, rows)] = y[t * rows + r];
+    let mut out = Vec::with_capacity(y.len());
+    for part in stack.parts(rows as u32) {
+        let part = part as usize;
+        for t in 0..columns {
+            out.extend_from_slice(&y[t * rows + start..t * rows + start + part]);
         }
+        start += part;
     }
     out
 }
