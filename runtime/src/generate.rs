@@ -323,40 +323,21 @@ pub fn bench_at(
 /// `llama-batched-bench` measures it (its `S_TG`), without a server: each sequence reads
 /// `pp` prompt tokens into its own slot, then `tg` steps decode them all in batched passes
 /// ([`crate::model::Model::decode_batch_greedy`], [`crate::model::Model::batch_passes`]), each
-/// feeding back its argmax (a step of one pass chained on the device to the one before,
-/// [`crate::model::Model::chain_batch_greedy`]). Returns all sequences' decoded tokens per
-/// second of the decoding, over `reps` runs after one warm-up; the session needs `seqs`
-/// slots.
+/// feeding back its argmax. Returns all sequences' decoded tokens per second of the
+/// decoding, over `reps` runs after one warm-up; the session needs `seqs` slots.
 pub fn bench_batch(s: &mut Session, seqs: usize, pp: usize, tg: usize, reps: usize) -> Result<f64, RunError> {
     let tg = tg.min(s.model.n_ctx().saturating_sub(pp.max(1) as u32) as usize);
     let mut time = Duration::ZERO;
     for rep in 0..=reps {
         let mut next = start_batch(s, seqs, pp)?;
         let start = Instant::now();
-        if s.model.batch_passes(seqs).len() == 1 && tg > 0 {
-            // One pass a step: each launched before the one before is read, as the
-            // server chains them (`Model::chain_batch_greedy`).
-            let mut running = s.model.launch_batch_greedy(&next)?;
-            for step in 1..=tg {
-                let ahead = if step < tg { s.model.chain_batch_greedy()? } else { None };
-                for (n, token) in next.iter_mut().zip(s.model.batch_ids(running)?) {
-                    n.1 = token;
-                }
-                running = match ahead {
-                    Some(ahead) => ahead,
-                    None if step < tg => s.model.launch_batch_greedy(&next)?,
-                    None => break,
-                };
+        for _ in 0..tg {
+            let mut tokens = Vec::with_capacity(seqs);
+            for pass in s.model.batch_passes(seqs) {
+                tokens.extend(s.model.decode_batch_greedy(&next[pass])?);
             }
-        } else {
-            for _ in 0..tg {
-                let mut tokens = Vec::with_capacity(seqs);
-                for pass in s.model.batch_passes(seqs) {
-                    tokens.extend(s.model.decode_batch_greedy(&next[pass])?);
-                }
-                for (n, token) in next.iter_mut().zip(tokens) {
-                    n.1 = token;
-                }
+            for (n, token) in next.iter_mut().zip(tokens) {
+                n.1 = token;
             }
         }
         if rep > 0 {

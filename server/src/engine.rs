@@ -10,12 +10,10 @@
 //! last token: that one is decoded with the others. Then the sequences that need their next
 //! token are decoded together, in the batched passes `Model::batch_passes` gives, whose
 //! products read the weights once for all of a pass, each sequence attending over its own
-//! cache. The round's tokens are reported while those passes run (the host's text, stop
-//! strings and sending overlap the device's work), and where one greedy pass holds the
-//! round's batch, the next round's is launched before its tokens are read, taking them on
-//! the device (`Model::chain_batch_greedy`): the device goes from step to step without
-//! waiting on the host. A request whose client went away is dropped before its next chunk
-//! or token, and a queued one as soon as the engine looks at its queue.
+//! cache. The round's tokens are reported while the first of those passes runs (the host's
+//! text, stop strings and sending overlap the device's work). A request whose client went
+//! away is dropped before its next chunk or token, and a queued one as soon as the engine
+//! looks at its queue.
 //!
 //! Some sequences decode alone: a request with log-probabilities or a grammar
 //! (`response_format`, a forced tool call), its grammar's mask computed while the model
@@ -136,8 +134,6 @@ pub enum Event {
 /// A request in a slot.
 struct Active {
     job: Job,
-    /// Which request this is (the engine's count of admissions).
-    id: u64,
     sampler: Sampler,
     decoder: StreamDecoder,
     stops: StopMatcher,
@@ -167,9 +163,8 @@ struct Active {
 }
 
 impl Active {
-    fn new(job: Job, id: u64, spec: Speculator, cached: usize, pages: u32) -> Active {
+    fn new(job: Job, spec: Speculator, cached: usize, pages: u32) -> Active {
         Active {
-            id,
             read: cached,
             cached,
             pages,
@@ -392,10 +387,6 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
     let mut round: u64 = 0;
     let mut waiting: VecDeque<Job> = VecDeque::new();
     let pool = KvPool::of(&s);
-    // Requests admitted so far (each one's id), and the greedy step launched a round
-    // ahead, if any.
-    let mut admitted: u64 = 0;
-    let mut ahead: Option<Step> = None;
     loop {
         if slots.iter().all(Option::is_none) && waiting.is_empty() {
             match jobs.recv() {
@@ -436,8 +427,7 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
                 }
             };
             held[slot].clear();
-            admitted += 1;
-            slots[slot] = Some(Active::new(job, admitted, Speculator::new(s.spec), cached, need));
+            slots[slot] = Some(Active::new(job, Speculator::new(s.spec), cached, need));
             if let Err(e) = make_room(&mut s, &slots, &mut held, &used)
                 && let Some(a) = slots[slot].take()
             {
@@ -473,54 +463,31 @@ pub fn run(mut s: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, batch_tok
             fail(&mut s, &mut slots, &mut held, failed, &e, &metrics, waiting.len());
         }
         // Then the next tokens: alone where a request needs it, the rest in batches. The
-        // batches are started before the round's tokens are reported, so that the host's
+        // first batch is started before the round's tokens are reported, so that the host's
         // work per token (text, stop strings, sending) runs while the device computes; a
         // request a stop string or its client ends then leaves a token computed for nothing.
-        // The step launched a round ahead holds the next token of each of its requests.
-        let mut steps = Vec::new();
-        if let Some(step) = ahead.take() {
-            needs.retain(|&(i, _)| !step.holds(&slots, i));
-            steps.push(step);
-        }
         let alone = |slots: &[Option<Active>], i: usize, s: &Session| {
             slots[i].as_ref().is_some_and(|a| a.job.logprobs.is_some() || a.job.constraint.is_some())
                 || s.model.decodes_alone(i)
         };
         let (single, batch): (Vec<_>, Vec<_>) = needs.into_iter().partition(|&(i, _)| alone(&slots, i, &s));
         let single = if batch.len() == 1 { single.into_iter().chain(batch.iter().copied()).collect() } else { single };
+        let mut reports = Some(reports);
         let passes = if batch.len() > 1 { s.model.batch_passes(batch.len()) } else { Vec::new() };
         for pass in passes {
             let part = &batch[pass];
-            match launch_batch(&mut s, &slots, part) {
-                Ok(step) => steps.push(step),
-                Err(e) => {
-                    fail(&mut s, &mut slots, &mut held, part.iter().map(|&(i, _)| i), &e, &metrics, waiting.len())
+            let done = launch_batch(&mut s, &slots, part).and_then(|running| {
+                if let Some(reports) = reports.take() {
+                    report_all(&mut s, &mut slots, &mut held, reports, &metrics, waiting.len());
                 }
+                finish_batch(&mut s, &mut slots, part, running, &metrics)
+            });
+            if let Err(e) = done {
+                fail(&mut s, &mut slots, &mut held, part.iter().map(|&(i, _)| i), &e, &metrics, waiting.len());
             }
         }
-        // Where the round's tokens come from one greedy step and every request of it goes on
-        // past the token it makes, the step after it is launched now, reading their tokens
-        // on the device: the device goes from step to step with no wait on the host.
-        if let ([step], true) = (steps.as_slice(), single.is_empty())
-            && step.chains(&slots)
-        {
-            match s.model.chain_batch_greedy() {
-                Ok(next) => {
-                    ahead = next.map(|ids| Step { members: step.members.clone(), running: Running::Greedy(ids) })
-                }
-                Err(e) => {
-                    let members: Vec<usize> = step.members.iter().map(|&(i, _)| i).collect();
-                    fail(&mut s, &mut slots, &mut held, members, &e, &metrics, waiting.len());
-                }
-            }
-        }
-        report_all(&mut s, &mut slots, &mut held, reports, &metrics, waiting.len());
-        for step in steps {
-            let members: Vec<usize> = step.members.iter().map(|&(i, _)| i).collect();
-            if let Err(e) = finish_batch(&mut s, &mut slots, step, &metrics) {
-                fail(&mut s, &mut slots, &mut held, members, &e, &metrics, waiting.len());
-                ahead = None;
-            }
+        if let Some(reports) = reports {
+            report_all(&mut s, &mut slots, &mut held, reports, &metrics, waiting.len());
         }
         for (i, token) in single {
             let Some(active) = &mut slots[i] else { continue };
@@ -748,65 +715,39 @@ enum Running {
     Sampled,
 }
 
-/// A batched pass started on the device and the requests it computes a token for, in
-/// its order: `(slot, request id)` (a request that leaves its slot meanwhile gets none).
-struct Step {
-    members: Vec<(usize, u64)>,
-    running: Running,
-}
-
-impl Step {
-    /// Whether the step computes the next token of slot `i`'s request.
-    fn holds(&self, slots: &[Option<Active>], i: usize) -> bool {
-        self.members.iter().any(|&(m, id)| m == i && slots[i].as_ref().is_some_and(|a| a.id == id))
-    }
-
-    /// Whether the step after it may start before its tokens are known: it is greedy and
-    /// each of its requests is in its slot, and goes on past the token it makes (no
-    /// `max_tokens` ends it; an end-of-generation token or a stop string leaves one token
-    /// computed for nothing).
-    fn chains(&self, slots: &[Option<Active>]) -> bool {
-        matches!(self.running, Running::Greedy(_))
-            && self.members.iter().all(|&(i, id)| {
-                slots[i].as_ref().is_some_and(|a| {
-                    a.id == id && a.generated.len() + 1 < a.job.max_tokens && !a.job.events.is_closed()
-                })
-            })
-    }
-}
-
 /// Starts the pass that computes the next token of each request of `part` (`(slot, its
 /// last token)`): greedy ones from the device's argmax, sampled ones from their rows.
-fn launch_batch(s: &mut Session, slots: &[Option<Active>], part: &[(usize, u32)]) -> Result<Step, RunError> {
-    let members = part.iter().map(|&(i, _)| (i, slots[i].as_ref().map_or(0, |a| a.id))).collect();
-    let running = if part.iter().all(|&(i, _)| slots[i].as_ref().is_some_and(|a| a.sampler.is_greedy())) {
-        Running::Greedy(s.model.launch_batch_greedy(part)?)
-    } else {
-        s.model.decode_batch(part)?;
-        Running::Sampled
-    };
-    Ok(Step { members, running })
+fn launch_batch(s: &mut Session, slots: &[Option<Active>], part: &[(usize, u32)]) -> Result<Running, RunError> {
+    if part.iter().all(|&(i, _)| slots[i].as_ref().is_some_and(|a| a.sampler.is_greedy())) {
+        return Ok(Running::Greedy(s.model.launch_batch_greedy(part)?));
+    }
+    s.model.decode_batch(part)?;
+    Ok(Running::Sampled)
 }
 
-/// Waits for a step and gives each of its requests still in its slot its token.
-fn finish_batch(s: &mut Session, slots: &mut [Option<Active>], step: Step, metrics: &Metrics) -> Result<(), RunError> {
-    let Step { members, running } = step;
+/// Waits for [`launch_batch`]'s pass and gives each request still in its slot its token.
+fn finish_batch(
+    s: &mut Session,
+    slots: &mut [Option<Active>],
+    part: &[(usize, u32)],
+    running: Running,
+    metrics: &Metrics,
+) -> Result<(), RunError> {
     let next = match running {
         Running::Greedy(ids) => s.model.batch_ids(ids)?,
         Running::Sampled => {
             let vocab = s.model.desc.vocab as usize;
-            let logits = s.model.logits(members.len() as u32)?;
-            let rows = members.iter().zip(logits.chunks_exact(vocab));
-            rows.map(|(&(i, id), row)| match &mut slots[i] {
-                Some(a) if a.id == id => a.sampler.sample_with(row, &a.history, &a.generated),
-                _ => 0,
+            let logits = s.model.logits(part.len() as u32)?;
+            let rows = part.iter().zip(logits.chunks_exact(vocab));
+            rows.map(|(&(i, _), row)| {
+                slots[i].as_mut().map_or(0, |a| a.sampler.sample_with(row, &a.history, &a.generated))
             })
             .collect()
         }
     };
-    metrics.batch(members.len());
-    for (&(i, id), token) in members.iter().zip(next) {
-        if let Some(a) = slots[i].as_mut().filter(|a| a.id == id) {
+    metrics.batch(part.len());
+    for (&(i, _), token) in part.iter().zip(next) {
+        if let Some(a) = slots[i].as_mut() {
             a.pending.push_back((token, None));
         }
     }
@@ -878,7 +819,7 @@ mod tests {
             admission,
             received: now - Duration::from_millis(age),
         };
-        let mut a = Active::new(job, 1, Speculator::new(strata_runtime::speculative::SpeculativeConfig::OFF), 0, 1);
+        let mut a = Active::new(job, Speculator::new(strata_runtime::speculative::SpeculativeConfig::OFF), 0, 1);
         a.read = read;
         a
     }

@@ -311,26 +311,6 @@ fn a_batch_of_sequences_decodes_as_each_does_alone() {
             }
         }
         assert_eq!(batched, alone, "{}: batched vs alone", preset.name());
-        // Chained: each step launched before the one before has been read, taking its
-        // tokens where that one left them on the device.
-        let mut s = open();
-        assert_eq!(read(&mut s), first, "{}: the prompts' first tokens", preset.name());
-        let batch: Vec<(usize, u32)> = first.iter().copied().enumerate().collect();
-        let mut chained: Vec<Vec<u32>> = first.iter().map(|&t| vec![t]).collect();
-        let mut running = Some(s.model.launch_batch_greedy(&batch).expect("a batch starts"));
-        for step in 0..steps {
-            let next = (step + 1 < steps).then(|| s.model.chain_batch_greedy().expect("chains").expect("a step"));
-            let ids = s.model.batch_ids(running.take().expect("a step")).expect("its tokens");
-            for (seq, t) in chained.iter_mut().zip(ids) {
-                seq.push(t);
-            }
-            running = next;
-        }
-        assert_eq!(chained, alone, "{}: chained vs alone", preset.name());
-        // Another pass's argmax took the tokens' place: nothing to chain from.
-        s.model.select(0).expect("a slot");
-        s.model.decode_greedy(alone[0][steps]).expect("decodes");
-        assert!(s.model.chain_batch_greedy().expect("asks").is_none(), "{}", preset.name());
     }
 }
 

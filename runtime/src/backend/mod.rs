@@ -35,22 +35,6 @@ pub struct BufferId(pub(crate) usize);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HostId(pub(crate) usize);
 
-/// A read queued with [`Backend::read_later`]: the bytes already (a backend that runs
-/// work as it is queued), or a copy still to land (the GPU's).
-#[derive(Debug)]
-#[must_use = "the bytes are taken with Backend::landed"]
-pub enum Landing {
-    /// Read.
-    Ready(Vec<u8>),
-    /// Queued on the device: `bytes` into the backend's landing place `at`.
-    Queued {
-        /// Which landing place.
-        at: usize,
-        /// How many bytes.
-        bytes: usize,
-    },
-}
-
 /// A captured launch sequence on a backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GraphId(pub(crate) usize);
@@ -198,24 +182,6 @@ pub trait Backend {
 
     /// Copies from the buffer at `offset` into `out`, after all queued work.
     fn read(&mut self, buf: BufferId, offset: usize, out: &mut [u8]) -> Result<(), RunError>;
-
-    /// Queues a read of `bytes` from the buffer at `offset`, after all queued work,
-    /// without waiting for it: [`Backend::landed`] waits for that read alone, while work
-    /// queued after it runs (the host learns a decode step's tokens while the next step
-    /// computes). By default the read happens at once.
-    fn read_later(&mut self, buf: BufferId, offset: usize, bytes: usize) -> Result<Landing, RunError> {
-        let mut out = vec![0; bytes];
-        self.read(buf, offset, &mut out)?;
-        Ok(Landing::Ready(out))
-    }
-
-    /// The bytes of a [`Backend::read_later`], once they have landed.
-    fn landed(&mut self, landing: Landing) -> Result<Vec<u8>, RunError> {
-        match landing {
-            Landing::Ready(bytes) => Ok(bytes),
-            Landing::Queued { .. } => Err(RunError::Other("a read queued on another backend".into())),
-        }
-    }
 
     /// Queues the kernel of `spec` with arguments in signature order (see [`bind`]).
     fn launch(&mut self, spec: &KernelRecord, args: &[Arg]) -> Result<(), RunError>;

@@ -258,7 +258,6 @@ impl Model {
 
     /// Queues the argmax of `rows` rows of logits into `next`.
     pub(super) fn enqueue_argmax(&mut self, rows: u32) -> Result<(), RunError> {
-        self.chained = None;
         let spec = self.kernels.get(&self.ops.argmax())?;
         self.backend.call(
             &spec,

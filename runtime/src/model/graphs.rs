@@ -13,16 +13,15 @@
 
 use super::experts::Experts;
 use super::{Logits, Model};
-use crate::backend::{Landing, RunError};
+use crate::backend::RunError;
 
-/// A batched decode step's greedy tokens: on their way from the device (queued behind
-/// the step, so that the host may work, or launch the next step, meanwhile), or computed
-/// already (one sequence, or `--checked` passes each alone).
+/// A batched decode step's greedy tokens: on the device still (its first slot and its
+/// sequences), or computed already (one sequence, or `--checked` passes each alone).
 #[must_use = "the tokens are read with Model::batch_ids"]
 pub struct BatchIds(Ids);
 
 enum Ids {
-    Queued(Landing),
+    Running { first: usize, n: usize },
     Ready(Vec<u32>),
 }
 
@@ -80,8 +79,8 @@ impl Model {
 
     /// Starts [`Model::decode_batch_greedy`]'s pass without waiting for the device, so
     /// that the host works while it computes (a server reports the last round's tokens);
-    /// [`Model::batch_ids`] reads the ids. [`Model::chain_batch_greedy`] may launch the
-    /// next step of the same sequences before they are read.
+    /// [`Model::batch_ids`] reads the ids. Nothing else may run a pass in between (the
+    /// ids are left where every argmax leaves its own).
     pub fn launch_batch_greedy(&mut self, batch: &[(usize, u32)]) -> Result<BatchIds, RunError> {
         if let [(slot, token)] = batch {
             self.select(*slot)?;
@@ -96,51 +95,21 @@ impl Model {
             }
             return Ok(BatchIds(Ids::Ready(ids)));
         }
-        let slots = self.stage_batch(batch)?;
-        self.queue_step(slots)
-    }
-
-    /// Launches the step after a batch that [`Model::launch_batch_greedy`] (or this)
-    /// started last, before its tokens are read: the same sequences in the same order,
-    /// each reading the token that step leaves on the device, so that the device goes
-    /// from one step to the next with no wait on the host. `None` where it cannot: another
-    /// pass has run since (its argmax took their place), the batch was not one pass
-    /// left on the device, or a sequence's next position is past the context or attends
-    /// sparsely (QSA).
-    pub fn chain_batch_greedy(&mut self) -> Result<Option<BatchIds>, RunError> {
-        let Some(slots) = self.chained.clone() else { return Ok(None) };
-        if slots.iter().any(|&slot| self.pos[slot] >= self.n_ctx || self.sparse_at(slot, 1)) {
-            return Ok(None);
-        }
-        let bytes = slots.len() * 4;
-        self.backend.copy(self.s.next, self.s.ids, bytes)?;
-        let seqs: Vec<(u32, usize)> = slots.iter().map(|&slot| (self.pos[slot], slot)).collect();
-        self.write_positions(&seqs, 1)?;
-        self.queue_step(slots).map(Some)
-    }
-
-    /// Replays the step of `slots` (their tokens and positions written) and queues the
-    /// read of its tokens.
-    fn queue_step(&mut self, slots: Vec<usize>) -> Result<BatchIds, RunError> {
-        let n = slots.len();
         self.on_device = None;
-        self.replay_step(n as u32, &slots, true)?;
-        for &slot in &slots {
-            self.pos[slot] += 1;
-        }
-        let landing = self.backend.read_later(self.s.next, 0, n * 4)?;
-        self.chained = Some(slots);
-        Ok(BatchIds(Ids::Queued(landing)))
+        self.batch_step(batch, true)?;
+        Ok(BatchIds(Ids::Running { first: batch[0].0, n: batch.len() }))
     }
 
-    /// The greedy next tokens of a batch [`Model::launch_batch_greedy`] or
-    /// [`Model::chain_batch_greedy`] started, in its order (waiting for them alone).
+    /// The greedy next tokens of a batch [`Model::launch_batch_greedy`] started, in its
+    /// order (waiting for the device).
     pub fn batch_ids(&mut self, running: BatchIds) -> Result<Vec<u32>, RunError> {
-        let landing = match running.0 {
-            Ids::Queued(landing) => landing,
+        let (first, n) = match running.0 {
+            Ids::Running { first, n } => (first, n),
             Ids::Ready(ids) => return Ok(ids),
         };
-        Ok(super::token_ids(&self.backend.landed(landing)?))
+        let ids = self.read_next(n)?;
+        self.on_device = ids.first().map(|&id| (first, id));
+        Ok(ids)
     }
 
     /// As [`Model::decode_batch_greedy`], leaving each sequence's row of logits, in
@@ -160,8 +129,7 @@ impl Model {
         self.batch_step(batch, false)
     }
 
-    /// Checks a batch, writes its tokens and positions, and replays its pass (leaving
-    /// its logits).
+    /// Checks a batch, writes its tokens and positions, and replays its pass.
     fn batch_step(&mut self, batch: &[(usize, u32)], argmax: bool) -> Result<(), RunError> {
         let slots = self.stage_batch(batch)?;
         self.replay_step(batch.len() as u32, &slots, argmax)?;
@@ -277,9 +245,6 @@ impl Model {
     /// `argmax`, their greedy ids in `next`. Its token ids are read from `next` for a
     /// greedy single token (where the last argmax left them), else from `ids`.
     fn replay_step(&mut self, t: u32, slots: &[usize], argmax: bool) -> Result<(), RunError> {
-        if argmax {
-            self.chained = None;
-        }
         let sparse = slots.len() == 1 && self.sparse_at(slots[0], t);
         let ids = if t == 1 && argmax { self.s.next } else { self.s.ids };
         let key = (u32::try_from(slots.len()).unwrap_or(u32::MAX), t, argmax, sparse);

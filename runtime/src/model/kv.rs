@@ -209,7 +209,6 @@ impl Model {
 
     /// Empties the current slot's KV cache (a new sequence), giving up its pages.
     pub fn reset(&mut self) {
-        self.chained = None;
         self.pos[self.slot] = 0;
         self.pages.shrink(self.slot, 0);
     }
@@ -219,7 +218,6 @@ impl Model {
     /// where the next write would land in a page another slot shares (see
     /// [`Model::keep_prefix`]).
     pub fn rewind(&mut self, pos: u32) -> Result<(), RunError> {
-        self.chained = None;
         let now = self.pos[self.slot];
         if pos > now {
             return Err(RunError::Other(format!("cannot rewind to position {pos}: the sequence holds {now}")));

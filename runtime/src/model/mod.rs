@@ -110,10 +110,6 @@ pub struct Model {
     graphs: HashMap<(u32, u32, bool, bool), GraphId>,
     /// The (slot, token) in `next[0]` on the device, as last read back.
     on_device: Option<(usize, u32)>,
-    /// The slots, in order, whose greedy tokens `next` holds from the last batched step
-    /// (which [`Model::chain_batch_greedy`] reads on the device); cleared by any other
-    /// argmax.
-    chained: Option<Vec<usize>>,
     /// Mixture-of-experts packs: the experts' pools and cache.
     experts: Option<Experts>,
     /// Whether greedy picks refuse non-finite logits (see `checked.rs`).
@@ -312,7 +308,6 @@ impl Model {
             pos: vec![0; slots],
             graphs: HashMap::new(),
             on_device: None,
-            chained: None,
             experts,
             checked: false,
             last_pass: None,

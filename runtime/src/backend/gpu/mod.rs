@@ -23,9 +23,7 @@ use std::time::{Duration, Instant};
 pub use driver::{Driver, Failure, Geometry};
 use strata_compiler::plan::KernelRecord;
 
-use super::{
-    Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, Landing, Mark, RunError, bounds_error, launch_values,
-};
+use super::{Arg, Backend, BufferId, DeviceInfo, GraphId, HostId, Mark, RunError, bounds_error, launch_values};
 
 /// A device allocation with its address and size.
 struct Allocation<B> {
@@ -39,10 +37,6 @@ struct Pinned {
     ptr: *mut u8,
     len: usize,
 }
-
-/// Most bytes a [`Backend::read_later`] lands without waiting (a batch's token ids);
-/// larger reads happen at once.
-const READ_LATER_BYTES: usize = 4096;
 
 /// A GPU device of driver `D` with its loaded kernels (`Cuda`, `Hip`).
 pub struct Gpu<D: Driver> {
@@ -63,9 +57,6 @@ pub struct Gpu<D: Driver> {
     events: Vec<D::Event>,
     /// Per `await_uploads`: (the kernels reached it, the uploads before it landed).
     waits: Vec<(D::Event, D::Event)>,
-    /// `read_later`'s landing places (page-locked, [`READ_LATER_BYTES`] each, in `host`),
-    /// each with the event after its read while one is queued.
-    reads: Vec<(usize, Option<D::Event>)>,
     errors: Option<BufferId>,
     /// The last kernel queued, to name in a failure or hang report.
     last_kernel: String,
@@ -94,7 +85,6 @@ impl<D: Driver> Gpu<D> {
             graphs: Vec::new(),
             events: Vec::new(),
             waits: Vec::new(),
-            reads: Vec::new(),
             errors: None,
             last_kernel: String::new(),
             hung: false,
@@ -161,8 +151,7 @@ impl<D: Driver> Drop for Gpu<D> {
             d.destroy_graph(g);
         }
         let waits = std::mem::take(&mut self.waits).into_iter().flat_map(|(a, b)| [a, b]);
-        let reads = std::mem::take(&mut self.reads).into_iter().filter_map(|(_, e)| e);
-        for e in std::mem::take(&mut self.events).into_iter().chain(waits).chain(reads) {
+        for e in std::mem::take(&mut self.events).into_iter().chain(waits) {
             d.destroy_event(e);
         }
         if let Some(copy) = self.copy.take() {
@@ -230,50 +219,6 @@ impl<D: Driver> Backend for Gpu<D> {
         }
         self.copy_to_host(buf, offset, out)?;
         self.check_errors()
-    }
-
-    fn read_later(&mut self, buf: BufferId, offset: usize, bytes: usize) -> Result<Landing, RunError> {
-        if bytes > READ_LATER_BYTES || offset + bytes > self.size(buf) {
-            let mut out = vec![0; bytes];
-            self.read(buf, offset, &mut out)?;
-            return Ok(Landing::Ready(out));
-        }
-        let at = match self.reads.iter().position(|(_, queued)| queued.is_none()) {
-            Some(at) => at,
-            None => {
-                let ptr = self.driver.alloc_host(READ_LATER_BYTES)?;
-                self.host.push(Pinned { ptr, len: READ_LATER_BYTES });
-                self.reads.push((self.host.len() - 1, None));
-                self.reads.len() - 1
-            }
-        };
-        let src = self.address(buf, offset);
-        // SAFETY: the landing place is page-locked, at least `bytes` long (checked above),
-        // and nothing else reads or writes it until its event has passed (`landed`).
-        let out = unsafe { std::slice::from_raw_parts_mut(self.host[self.reads[at].0].ptr, bytes) };
-        // SAFETY: the source lies within the buffer (checked above); a copy to page-locked
-        // memory returns at once and lands in `out` once the queued work before it is done.
-        unsafe { self.driver.read(&self.stream, src, out) }.map_err(|f| self.fault(f))?;
-        let event = self.driver.record(&self.stream, false)?;
-        self.reads[at].1 = Some(event);
-        Ok(Landing::Queued { at, bytes })
-    }
-
-    fn landed(&mut self, landing: Landing) -> Result<Vec<u8>, RunError> {
-        let (at, bytes) = match landing {
-            Landing::Ready(bytes) => return Ok(bytes),
-            Landing::Queued { at, bytes } => (at, bytes),
-        };
-        let Some((host, Some(event))) = self.reads.get_mut(at).map(|(h, e)| (*h, e.take())) else {
-            return Err(RunError::Other("a read that was not queued, or taken twice".into()));
-        };
-        let ptr = self.host[host].ptr;
-        let waited = self.driver.synchronize(&event);
-        self.driver.destroy_event(event);
-        waited?;
-        self.check_errors()?;
-        // SAFETY: the read into the landing place has completed (its event passed).
-        Ok(unsafe { std::slice::from_raw_parts(ptr, bytes) }.to_vec())
     }
 
     fn launch(&mut self, spec: &KernelRecord, args: &[Arg]) -> Result<(), RunError> {

@@ -294,22 +294,3 @@ fn copies_and_uploads_past_the_end_are_refused() {
     let empty = g.alloc(0).expect("alloc");
     assert_eq!(g.size(empty), 1);
 }
-
-#[test]
-fn a_later_read_lands_in_page_locked_memory_reused_once_taken() {
-    let (mut g, log, _) = gpu();
-    let a = g.alloc(8).expect("alloc");
-    g.write(a, 0, &[1, 2, 3, 4, 5, 6, 7, 8]).expect("write");
-    let first = g.read_later(a, 2, 4).expect("queued");
-    let second = g.read_later(a, 0, 2).expect("queued");
-    assert_eq!(g.landed(second).expect("landed"), [1, 2]);
-    assert_eq!(g.landed(first).expect("landed"), [3, 4, 5, 6]);
-    // Both landing places free again: a third read takes one of them, no new one.
-    let third = g.read_later(a, 4, 4).expect("queued");
-    assert_eq!(g.landed(third).expect("landed"), [5, 6, 7, 8]);
-    assert_eq!(g.reads.len(), 2);
-    let synced = log.borrow().iter().filter(|l| l.starts_with("synchronize")).count();
-    assert_eq!(synced, 3, "each read waits for its own event");
-    // Past the buffer: refused, as a read is.
-    assert!(g.read_later(a, 6, 4).is_err());
-}
