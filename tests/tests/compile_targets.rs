@@ -10,8 +10,9 @@ use strata_compiler::ops::{self, Op};
 use strata_compiler::pack::Pack;
 use strata_compiler::plan::{Int8Dot, MatrixUnit, Options, Tuning, rules};
 use strata_compiler::quant::GgmlType;
+use strata_compiler::synth::Preset;
 use strata_compiler::target::{self, Target, Vendor};
-use strata_tests::{every_type_packs, toolchain};
+use strata_tests::{every_type_packs, synthetic_pack, toolchain};
 
 fn compile(
     pack: &Pack,
@@ -160,6 +161,40 @@ fn windows_up_to_16_fit_sm_90() {
     let m = compile(&pack, &target, Options { verify_window: 16, ..Options::default() }, &dir.path().join("o"), &tools)
         .expect("compiles");
     assert_eq!(gemv_windows(&m), (1..=16).collect());
+}
+
+/// Q·K·V and gate·up stacked in every verify window (and, on the matrix unit, a batch's
+/// GEMV): a pack of one type stacks them, and their kernels compile for every target,
+/// with no spills on AMD.
+#[test]
+fn stacked_products_compile_for_every_target() {
+    let Some(tools) = toolchain() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("q4_0.gguf");
+    std::fs::write(&path, synthetic_pack(Preset::TinyLlama, 1, &[GgmlType::Q4_0])).expect("written");
+    let pack = Pack::open(&path).expect("opens");
+    let options = Options { verify_window: 4, ..Options::default() };
+    for target in target::known() {
+        let out = dir.path().join(&target.name);
+        let m =
+            compile(&pack, &target, options.clone(), &out, &tools).unwrap_or_else(|e| panic!("{}: {e}", target.name));
+        let stacked: Vec<_> = m
+            .kernels
+            .iter()
+            .filter(|k| match &k.kernel.op {
+                Op::Gemv(g) => !g.stack.is_single(),
+                Op::BatchGemv(b) => !b.stack.is_single(),
+                _ => false,
+            })
+            .collect();
+        // Windows 2 to 4 of Q·K·V and of gate·up.
+        assert!(stacked.len() >= 6, "{}: {} stacked kernels", target.name, stacked.len());
+        for k in stacked {
+            if let r @ Resources::CodeObject { .. } = &k.resources {
+                assert_eq!(r.spills(), Some(0), "{} {}: {r:?}", target.name, k.kernel.name);
+            }
+        }
+    }
 }
 
 #[test]
