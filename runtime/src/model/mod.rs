@@ -473,7 +473,7 @@ impl Model {
     fn read_next(&mut self, n: usize) -> Result<Vec<u32>, RunError> {
         let mut out = vec![0u8; n * 4];
         self.backend.read(self.s.next, 0, &mut out)?;
-        Ok(token_ids(&out))
+        Ok(out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect())
     }
 
     /// Reads `rows` rows of logits left by the last forward pass.
@@ -483,11 +483,6 @@ impl Model {
         }
         self.read_logits(rows)
     }
-}
-
-/// Token ids as the argmax leaves them on the device (little-endian i32s).
-fn token_ids(bytes: &[u8]) -> Vec<u32> {
-    bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32).collect()
 }
 
 /// The passes that decode one token of each of `n` sequences, in order: one window
