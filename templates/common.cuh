@@ -239,11 +239,12 @@ struct strata_w32 {
 };
 // A lane's share of a chunk as an int8 matrix-unit operand (the A fragment of mma.sync
 // m16n8k32 row-major, lane q of a quad): lo = weights 4q .. 4q + 3, hi = weights
-// 16 + 4q .. 16 + 4q + 3, signed bytes, and the chunk's scale d (weight = d · byte).
+// 16 + 4q .. 16 + 4q + 3, signed bytes; weight = d · byte + m, m = 0 where
+// ops::gemm::q8_decoder_terms says the type has no offset (the GEMV then reads none).
 // strata_frag8_<type> in quant/ makes one, for the types of rules::MMA_FRAGMENTS.
 struct strata_frag8 {
     u32 lo, hi;
-    float d;
+    float d, m;
 };
 // The dot of a decoded chunk with one column's quants q (16-byte aligned) summing to qsum.
 STRATA_DEVICE float strata_dot_w32(const strata_w32& c, const i32* STRATA_RESTRICT q, i32 qsum) {

@@ -237,10 +237,12 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
 }
 
 /// The block decoders of `quants` as host C++ (the host prelude), each behind an
-/// `extern "C"` entry point: `strata_host_dequant32_<type>(row, chunk, w)` and, for the
+/// `extern "C"` entry point: `strata_host_dequant32_<type>(row, chunk, w)`; for the
 /// types with an int8 path, `strata_host_dot32_<type>(row, chunk, q, qsum)` (its lookup
-/// grid passed as the GEMV passes it). Tests build it into a shared library and compare
-/// the GPU decoders' own code with the CPU reference.
+/// grid passed as the GEMV passes it); for those with matrix-unit fragments,
+/// `strata_host_frag8_<type>(row, chunk, q, words, terms)` (lane q's lo and hi words, then
+/// d and m). Tests build it into a shared library and compare the GPU decoders' own
+/// code with the CPU reference.
 pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
     let h = registry();
     let render = |template: &str, what: &str| {
@@ -272,6 +274,14 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
                 source,
                 "extern \"C\" float strata_host_gemm_dot32_{name}(const u8* row, u32 chunk, const i32* q, i32 qsum) {{ \
                  return strata_dot_w32({decoder}(row, chunk, {table}), q, qsum); }}"
+            );
+        }
+        if rules::MMA_FRAGMENTS.contains(q) {
+            let _ = writeln!(
+                source,
+                "extern \"C\" void strata_host_frag8_{name}(const u8* row, u32 chunk, u32 q, u32* words, float* terms) {{ \
+                 const strata_frag8 f = strata_frag8_{name}(row, chunk, q); \
+                 words[0] = f.lo; words[1] = f.hi; terms[0] = f.d; terms[1] = f.m; }}"
             );
         }
     }

@@ -49,6 +49,7 @@ STRATA_DEVICE strata_frag8 strata_frag8_q4_0(const u8* STRATA_RESTRICT row, u32 
     f.lo = ((x & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
     f.hi = (((x >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
     f.d = strata_f16_to_f32(*(const u16*)b);
+    f.m = 0.0f;
     return f;
 }
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).

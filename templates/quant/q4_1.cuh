@@ -25,6 +25,18 @@ STRATA_DEVICE strata_w32 strata_decode32_q4_1(const u8* STRATA_RESTRICT row, u32
     c.b = strata_f16_to_f32((u16)(dm >> 16));
     return c;
 }
+// Matrix-unit fragment (strata_frag8): word q of qs holds weights 4q .. 4q + 3 (low
+// nibbles) and 16 + 4q .. (high nibbles), unsigned bytes below 16; the min is the offset.
+STRATA_DEVICE strata_frag8 strata_frag8_q4_1(const u8* STRATA_RESTRICT row, u32 chunk, u32 q) {
+    const u32* b = (const u32*)(row + 20u * chunk);
+    const u32 dm = b[0], x = b[1 + q];
+    strata_frag8 f;
+    f.lo = x & 0x0F0F0F0Fu;
+    f.hi = (x >> 4) & 0x0F0F0F0Fu;
+    f.d = strata_f16_to_f32((u16)dm);
+    f.m = strata_f16_to_f32((u16)(dm >> 16));
+    return f;
+}
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).
 STRATA_DEVICE float strata_dot32_q4_1(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
     return strata_dot_w32(strata_decode32_q4_1(row, chunk, table), q, qsum);

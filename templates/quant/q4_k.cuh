@@ -30,6 +30,22 @@ STRATA_DEVICE strata_w32 strata_decode32_q4_k(const u8* STRATA_RESTRICT row, u32
     c.b = -strata_f16_to_f32((u16)(h.x >> 16)) * (float)m;
     return c;
 }
+// Matrix-unit fragment (strata_frag8): words q and 4 + q of the sub-block's 32 bytes,
+// shifted to its nibble; d = d · sc, offset -dmin · m.
+STRATA_DEVICE strata_frag8 strata_frag8_q4_k(const u8* STRATA_RESTRICT row, u32 chunk, u32 q) {
+    const u8* b = row + 144u * (chunk >> 3);
+    const u32 s = chunk & 7, shift = 4 * (s & 1);
+    const u32* v = (const u32*)(b + 16 + 32 * (s >> 1));
+    const u32* h = (const u32*)b;
+    u32 sc, m;
+    strata_scale_min_k4_w(h[1], h[2], h[3], s, &sc, &m);
+    strata_frag8 f;
+    f.lo = (v[q] >> shift) & 0x0F0F0F0Fu;
+    f.hi = (v[4 + q] >> shift) & 0x0F0F0F0Fu;
+    f.d = strata_f16_to_f32((u16)h[0]) * (float)sc;
+    f.m = -strata_f16_to_f32((u16)(h[0] >> 16)) * (float)m;
+    return f;
+}
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).
 STRATA_DEVICE float strata_dot32_q4_k(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
     return strata_dot_w32(strata_decode32_q4_k(row, chunk, table), q, qsum);

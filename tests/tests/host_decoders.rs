@@ -1,8 +1,9 @@
 //! The GPU block decoders' own code, built for the host by clang (the host prelude), against
 //! the CPU reference: every supported type's `strata_dequant32_<type>` value for value, and
 //! the int8-dot decoders `strata_dot32_<type>` (and the int8 GEMM's, `ops::gemm::q8_decoder`)
-//! against the reference weights' dot product with int8 activations. A decoder bug shows
-//! here, in CI, before any device runs it.
+//! against the reference weights' dot product with int8 activations, and the matrix-unit
+//! fragments `strata_frag8_<type>` (each lane's bytes, scale and offset) against the
+//! reference weights. A decoder bug shows here, in CI, before any device runs it.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -10,12 +11,14 @@ use std::process::Command;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use strata_compiler::emit;
-use strata_compiler::plan::rules::INT8_DOT;
+use strata_compiler::ops::gemm::q8_decoder_terms;
+use strata_compiler::plan::rules::{INT8_DOT, MMA_FRAGMENTS};
 use strata_compiler::quant::{GgmlType, SUPPORTED, random_blocks};
 use strata_tests::toolchain;
 
 type Dequant = unsafe extern "C" fn(*const u8, u32, *mut f32);
 type Dot = unsafe extern "C" fn(*const u8, u32, *const i32, i32) -> f32;
+type Frag = unsafe extern "C" fn(*const u8, u32, u32, *mut u32, *mut f32);
 
 #[test]
 fn gpu_decoders_match_the_cpu_reference_on_the_host() {
@@ -55,6 +58,12 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
             let entry = |kind: &str| unsafe { lib.get::<Dot>(format!("strata_host_{kind}_{name}").as_bytes()) };
             [entry("dot32").expect("dot entry"), entry("gemm_dot32").expect("GEMM dot entry")]
         });
+        let frag = MMA_FRAGMENTS.contains(&ty).then(|| {
+            // SAFETY: as above.
+            unsafe { lib.get::<Frag>(format!("strata_host_frag8_{name}").as_bytes()) }.expect("fragment entry")
+        });
+        let (offset, halves) = q8_decoder_terms(ty);
+        assert!(frag.is_none() || !halves, "{ty}: the matrix-unit GEMV has no half scales");
         for r in 0..rows {
             let row = &blocks[r * row_bytes..][..row_bytes];
             for c in 0..cols / 32 {
@@ -64,6 +73,23 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
                 unsafe { dequant(row.as_ptr(), c as u32, got.as_mut_ptr()) };
                 for (i, (g, w)) in got.iter().zip(want).enumerate() {
                     assert!((g - w).abs() <= 1e-6 * w.abs().max(1e-3), "{ty} row {r} chunk {c} [{i}]: {g} vs {w}");
+                }
+                // Lane q's fragment: weights 4q + i (lo) and 16 + 4q + i (hi), i < 4.
+                for q in 0..4u32 {
+                    let Some(frag) = &frag else { break };
+                    let (mut words, mut terms) = ([0u32; 2], [0f32; 2]);
+                    // SAFETY: `row` holds the whole row; `words` and `terms` what the entry writes.
+                    unsafe { frag(row.as_ptr(), c as u32, q, words.as_mut_ptr(), terms.as_mut_ptr()) };
+                    let [d, m] = terms;
+                    assert!(offset || m == 0.0, "{ty} row {r} chunk {c}: offset {m} in a type without");
+                    for (half, word) in words.into_iter().enumerate() {
+                        for (i, byte) in word.to_le_bytes().into_iter().enumerate() {
+                            let k = 16 * half + 4 * q as usize + i;
+                            let (g, w) = (d * f32::from(byte as i8) + m, want[k]);
+                            let tol = 1e-6 * (g - m).abs().max(m.abs()).max(1e-3);
+                            assert!((g - w).abs() <= tol, "{ty} fragment, row {r} chunk {c} [{k}]: {g} vs {w}");
+                        }
+                    }
                 }
                 let Some(dots) = &dots else { continue };
                 // The decoders load the activations as aligned 16-byte vectors.

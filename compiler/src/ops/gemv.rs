@@ -357,7 +357,9 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
                 || g.slab_stride % 32 != 16
                 || g.stages < 2
                 || g.wave_groups == 0
-                || g.staged_inputs && !((g.slab_bytes / block_bytes).is_multiple_of(2) && cols.is_multiple_of(64))
+                || g.staged_inputs
+                    && !((g.slab_bytes / block_bytes * (quant.block_len() as u32 / 32)).is_multiple_of(2)
+                        && cols.is_multiple_of(64))
                 || !row_bytes.is_multiple_of(16)
             {
                 c.fail(
@@ -420,6 +422,7 @@ pub(crate) fn gemv_context(
             let inputs = MmaInputs::of(t, quant);
             let column_pieces = 2 * inputs.slab_chunks + inputs.slab_chunks / 2;
             json!({
+            "offset": crate::ops::gemm::q8_decoder_terms(quant).0,
             "quant": quant.name().to_ascii_lowercase(),
             "quant_name": quant.name(),
             "rows": rows, "cols": cols, "window": window, "row_bytes": row_bytes,

@@ -88,8 +88,11 @@ pub const Q8_BLOCKS_PER_CU: u32 = 4;
 
 /// The types whose chunks decode straight into `mma.sync` fragments
 /// (`strata_frag8_<type>`: a lane's words q and 4 + q of a chunk, with one scale a
-/// chunk): their GEMVs take the int8 matrix unit ([`gemv_mma`]).
-pub const MMA_FRAGMENTS: [GgmlType; 2] = [GgmlType::Q4_0, GgmlType::Q8_0];
+/// chunk and, where [`crate::ops::gemm::q8_decoder_terms`] says, an offset): their GEMVs
+/// take the int8 matrix unit ([`gemv_mma`]). Not Q6_K: a scale a 16-element half and
+/// 1680-byte slabs (whole 210-byte blocks in 16-byte pieces) made its matrix-unit GEMV 4x
+/// slower than its int8-dot one on an H100 (docs/PERFORMANCE.md).
+pub const MMA_FRAGMENTS: [GgmlType; 4] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K];
 /// The narrowest window whose GEMVs take the matrix unit by default
 /// ([`Options::gemv_mma_from`]). On an H100 (docs/PERFORMANCE.md), Llama-8B Q4_0: at
 /// two columns the int8-dot GEMV is faster on both shapes, at four the matrix unit takes
@@ -737,8 +740,9 @@ pub fn gemv_mma(
     };
     let mut slab = slab_of(least);
     // Staged inputs copy each column's scales two chunks a 16-byte piece.
+    let slab_chunks = slab / block_bytes * (quant.block_len() as u32 / 32);
     let staged_inputs = options.gemv_mma_staged.unwrap_or(window <= GEMV_MMA_STAGED_UP_TO)
-        && (slab / block_bytes).is_multiple_of(2)
+        && slab_chunks.is_multiple_of(2)
         && (cols / 32).is_multiple_of(2);
     let cus = target.device.compute_units;
     let groups = rows.div_ceil(16);
