@@ -522,6 +522,32 @@ fn a_batch_wider_than_the_window_takes_the_batch_gemvs_as_each_sequence_alone() 
     batches_decode_as_alone(&open, seqs, "tiny-llama on batch GEMVs");
 }
 
+/// SmolLM2's shape in Q4_1: its 576-column rows (360 bytes) are not whole 16-byte pieces,
+/// so only the down projection has a batch GEMV, under half of a layer's weight bytes; a
+/// batch of 17 to 32 then takes window passes rather than one pass whose other products
+/// are GEMMs (slower on an H100, docs/PERFORMANCE.md).
+#[test]
+fn a_batch_takes_window_passes_where_batch_gemvs_hold_under_half_the_weights() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pack = write_pack(dir.path(), Preset::SmolLm2, &[GgmlType::Q4_1]);
+    let pack = Pack::open(&pack).expect("opens");
+    let desc = ModelDesc::from_pack(&pack).expect("a model");
+    let target = Target::load("sm_90").expect("known");
+    let options = Options { verify_window: MAX_WINDOW, int8: Int8Dot::Always, ..Options::default() };
+    let plan = plan::plan(&desc, &pack, &target, &options).expect("plans");
+    let batch_gemvs: Vec<_> = plan.kernels.iter().filter(|k| matches!(k.op, Op::BatchGemv(_))).collect();
+    assert!(
+        !batch_gemvs.is_empty() && batch_gemvs.iter().all(|k| k.name.contains("576x1536")),
+        "the down projection alone has a batch GEMV: {:?}",
+        batch_gemvs.iter().map(|k| &k.name).collect::<Vec<_>>()
+    );
+    let kernels = Kernels::compiled(plan.kernels.clone());
+    let (kv, experts) = (KvBudget::PerSlot, ExpertOptions::default());
+    let model = Model::load(&pack, Box::new(Cpu::new()), kernels, 64, MAX_WINDOW, 32, 20, kv, &experts, &mut |_, _| {})
+        .expect("loads on the CPU");
+    assert_eq!(model.batch_passes(20), vec![0..16, 16..20], "two window passes");
+}
+
 /// Decodes `seqs` sequences alone, then in batches wider than the window (17 to `seqs`
 /// a pass, sequences joining and leaving), and compares tokens and logits.
 fn batches_decode_as_alone(open: &dyn Fn() -> Model, seqs: usize, name: &str) {

@@ -495,7 +495,7 @@ impl Model {
 /// pass, whose rows are each computed as decoding it alone computes it (to rounding
 /// where the window's GEMVs take the matrix unit and the single token's do not,
 /// `Options::gemv_mma_from`), for up to `window` sequences. More: one pass of batch
-/// GEMVs where the products have them and they hold all `n` (`batch_gemv` columns);
+/// GEMVs where they pay (`batch_gemv` columns, 0 where they do not) and hold all `n`;
 /// else window passes for up to [`rules::BATCH_WINDOW_PASSES`] windows' worth (and
 /// [`MAX_WINDOW`]) of sequences, and more in as few GEMM passes of up to `batch` as hold
 /// them, sized alike. (Two passes of batch GEMVs cost twice one: their time grows with
