@@ -94,8 +94,8 @@ struct CompileArgs {
     /// SMs hold, the tiles' steps split among them), for comparisons.
     #[arg(long)]
     no_stream_k: bool,
-    /// The narrowest window whose GEMVs take the int8 matrix unit (NVIDIA mma.sync; Q4_0
-    /// and Q8_0) instead of the int8-dot GEMV, or `never`: 1 puts the single token there
+    /// The narrowest window whose GEMVs take the int8 matrix unit (NVIDIA mma.sync; Q4_0,
+    /// Q4_1, Q8_0 and Q4_K) instead of the int8-dot GEMV, or `never`: 1 puts the single token there
     /// too (slower, but a window's columns then equal single-token products bit for bit).
     #[arg(long, value_name = "COLUMNS|never", value_parser = parse_mma_from)]
     gemv_mma: Option<MmaFrom>,
