@@ -76,3 +76,10 @@ STRATA_DEVICE void strata_mma_i8_biased(float* c, u32 a0, u32 a1, u32 a2, u32 a3
 #pragma unroll
     for (u32 i = 0; i < 4u; ++i) c[i] = __builtin_bit_cast(float, s[i]);
 }
+// The same for m16n8k16 (one 16-element half of a chunk: |sum| <= 16 * 128 * 127).
+STRATA_DEVICE void strata_mma_i8_k16_biased(float* c, u32 a0, u32 a1, u32 b0) {
+    i32 s[4] = {0x4B400000, 0x4B400000, 0x4B400000, 0x4B400000};
+    strata_mma_i8_k16(s, a0, a1, b0);
+#pragma unroll
+    for (u32 i = 0; i < 4u; ++i) c[i] = __builtin_bit_cast(float, s[i]);
+}

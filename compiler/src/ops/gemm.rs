@@ -406,7 +406,8 @@ pub fn q8_decoder(quant: GgmlType) -> String {
 /// What [`q8_decoder`] leaves for the int8 GEMM's scaling, as (offset, halves): whether
 /// its offset `b` (times the input chunk's sum) can be nonzero, and whether its two
 /// 16-element halves have scales of their own (`s0`, `s1`: two k = 16 products a chunk
-/// instead of one k = 32).
+/// instead of one k = 32). Never both: `gemm_q8.cu.hbs` keeps the second half's terms where
+/// an offset type keeps its offset.
 pub fn q8_decoder_terms(quant: GgmlType) -> (bool, bool) {
     use GgmlType::*;
     (matches!(quant, Q4_1 | Q4_K), matches!(quant, Q6_K | IQ1_M | IQ2_XS))
@@ -531,6 +532,7 @@ mod tests {
             let all = wrapped + body(&decoder);
             let offset = all.rfind("c.b = ").is_some_and(|at| !all[at..].starts_with("c.b = 0.0f;"));
             assert_eq!(q8_decoder_terms(quant), (offset, !all.contains("c.s0 = c.s1")), "{name}");
+            assert!(!(offset && !all.contains("c.s0 = c.s1")), "{name}: an offset and half scales");
         }
     }
 }
