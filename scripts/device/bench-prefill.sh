@@ -10,7 +10,9 @@
 # Prints a table last.
 #
 # Needs .device/bin, .device/bench/<pack>/ and llama-bench (scripts/device/llama-bench.sh:
-# .peer/llama.cpp.tar.gz or .peer/llama-bench.xz.part-*). PEER=0 skips llama.cpp;
+# .peer/llama.cpp.tar.gz or .peer/llama-bench.xz.part-*), or, where only
+# .peer/llama-batched-bench.xz.part-* is carried (no 4-minute build), llama-batched-bench's
+# prompt rate after a 512-token warm-up prompt (its first runs cold). PEER=0 skips llama.cpp;
 # ONLY=REGEX runs only the packs whose names match; ALSO="FLAGS" times pp512 once more
 # with those strata-run flags.
 set -uo pipefail
@@ -23,10 +25,29 @@ mkdir -p "$packs" "$out"
 export STRATA_CACHE=/tmp/strata-cache
 pps=${PP:-512 4096}
 peer=()
+batched=0
 if [ "${PEER:-1}" != 0 ]; then
-    EXPORT_DIR=${OUT:-/tmp}/peer bash scripts/device/llama-bench.sh || { echo "no llama-bench"; exit 1; }
-    peer=(--llama-bench /tmp/llb/bin/llama-bench)
+    if [ ! -f .peer/llama.cpp.tar.gz ] && ! compgen -G ".peer/llama-bench.xz.part-*" >/dev/null \
+        && compgen -G ".peer/llama-batched-bench.xz.part-*" >/dev/null; then
+        bash scripts/device/llama-bench.sh llama-batched-bench || { echo "no llama-batched-bench"; exit 1; }
+        batched=1
+    else
+        EXPORT_DIR=${OUT:-/tmp}/peer bash scripts/device/llama-bench.sh || { echo "no llama-bench"; exit 1; }
+        peer=(--llama-bench /tmp/llb/bin/llama-bench)
+    fi
 fi
+# llama-batched-bench's prompt rate for $2 tokens of pack $1: the mean of its timed prompts
+# (three up to 512 tokens, one beyond) after a 512-token warm-up.
+batched_pp() {
+    local reps=3 npp=512
+    [ "$2" -gt 512 ] && reps=1
+    for _ in $(seq $reps); do npp+=",$2"; done
+    /tmp/llb/bin/llama-batched-bench -m "$1" -ngl 99 -fa on -c $(($2 + 256)) -b 2048 -ub 512 -npp "$npp" \
+        -ntg 1 -npl 1 --output-format jsonl 2>/dev/null | python3 -c '
+import json, sys
+r = [json.loads(l)["speed_pp"] for l in sys.stdin if l.startswith("{")][1:]
+print("%.1f" % (sum(r) / len(r)) if r else "")'
+}
 # The device's f16 matrix peak, measured here: cuBLAS through PyTorch on 8192^3 random
 # operands (f32 accumulate), the median of 20 timed runs after warm-up.
 python3 - <<'PY' 2>&1 | tee "$out/peak.txt"
@@ -70,6 +91,12 @@ while read -r name preset types layers; do
         line=$(grep -o "pp$pp [0-9.]* t/s (ttft [0-9.]* ms)" "$out/$name-pp$pp.txt" | head -1)
         peer_line=$(grep -o "llama.cpp pp$pp [0-9.]* t/s" "$out/$name-pp$pp.txt" | head -1)
         ratio=$(grep -o "ratio strata/llama.cpp: pp [0-9.]*x" "$out/$name-pp$pp.txt" | grep -o "[0-9.]*x")
+        if [ $batched = 1 ]; then
+            rate=$(batched_pp "$pack" "$pp")
+            ours=$(grep -o "pp$pp [0-9.]* t/s" "$out/$name-pp$pp.txt" | head -1 | cut -d' ' -f2)
+            peer_line="llama.cpp pp$pp $rate t/s (llama-batched-bench)"
+            ratio=$(python3 -c "import sys; a, b = sys.argv[1:]; print('%.2fx' % (float(a) / float(b)) if a and b else '')" "$ours" "$rate")
+        fi
         summary+=("$name|$line|$peer_line|$ratio")
         echo "SUMMARY $name|$line|$peer_line|$ratio"
     done
