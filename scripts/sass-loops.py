@@ -43,11 +43,14 @@ for line in report.splitlines():
         resources.setdefault(name, {})["registers"] = int(m.group(1))
 
 MATRIX = ("HMMA", "IMMA", "HGMMA", "IGMMA")
+# The 4-way int8 dot (dp4a): a one-column GEMV's loop has one per four weights a lane.
+DOTS = ("IDP",)
 
 
 def busiest_loop(body):
-    """(mma count, opcodes) of the innermost loop body with the most matrix-unit
-    instructions (the shortest of those that hold as many), else of the shortest loop."""
+    """(mma count, int8 dot count, opcodes) of the innermost loop body with the most
+    matrix-unit instructions, else the most int8 dots (the shortest of those that hold as
+    many), else of the shortest loop."""
     code = []
     for line in body.splitlines():
         if m := re.search(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)([.\w]*)(.*)", line):
@@ -58,14 +61,15 @@ def busiest_loop(body):
         if target and int(target.group(1), 16) < at:
             ops = [o for a, o, _ in code if int(target.group(1), 16) <= a <= at]
             mma = sum(o in MATRIX for o in ops)
-            if best is None or (mma, -len(ops)) > (best[0], -len(best[1])):
-                best = (mma, ops)
+            dots = sum(o in DOTS for o in ops)
+            if best is None or (mma, dots, -len(ops)) > (best[0], best[1], -len(best[2])):
+                best = (mma, dots, ops)
     return best
 
 
 print(f"{arch}, {len(manifest['kernels'])} kernels, pack {manifest['pack']['file']}\n")
-print("| kernel | registers | spilled bytes | loop instructions | matrix-unit | a product | most frequent |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+print("| kernel | registers | spilled bytes | loop instructions | matrix-unit | a product | int8 dots | a weight | most frequent |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 for m in re.finditer(r"Function : (\w+)\n(.*?)(?=\n\s*Function : |\Z)", sass, re.S):
     kernel, body = m.group(1), m.group(2)
     if not wanted.search(kernel):
@@ -73,10 +77,12 @@ for m in re.finditer(r"Function : (\w+)\n(.*?)(?=\n\s*Function : |\Z)", sass, re
     r = resources.get(kernel, {})
     loop = busiest_loop(body)
     if loop is None:
-        print(f"| {kernel} | {r.get('registers', '?')} | {r.get('spills', '?')} | no loop | | | |")
+        print(f"| {kernel} | {r.get('registers', '?')} | {r.get('spills', '?')} | no loop | | | | | |")
         continue
-    mma, ops = loop
+    mma, dots, ops = loop
     mix = collections.Counter(ops).most_common(8)
     each = f"{len(ops) / mma:.1f}" if mma else ""
-    print(f"| {kernel} | {r.get('registers', '?')} | {r.get('spills', '?')} | {len(ops)} | {mma} | {each} | "
+    # Issue slots a weight of a one-column dot loop: each lane's dp4a takes four weights.
+    weight = f"{len(ops) / (4 * dots):.2f}" if dots and not mma else ""
+    print(f"| {kernel} | {r.get('registers', '?')} | {r.get('spills', '?')} | {len(ops)} | {mma} | {each} | {dots} | {weight} | "
           + " ".join(f"{o} {n}" for o, n in mix) + " |")

@@ -1,4 +1,5 @@
-//! NVIDIA specifics of the build: the clang CUDA command and `ptxas -v` resources.
+//! NVIDIA specifics of the build: the clang CUDA command, `ptxas -v` resources and, with
+//! cuobjdump, each kernel's hot loop from the SASS ([`super::sass`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -27,8 +28,9 @@ pub(super) fn command(arch: &str, ptx_isa: u32) -> Vec<String> {
     .to_vec()
 }
 
-/// Registers, shared memory, stack and spills per kernel from `ptxas -v`, or
-/// "checked at load" for every kernel when there is no ptxas.
+/// Registers, shared memory, stack and spills per kernel from `ptxas -v` (and the hot
+/// loop, where cuobjdump reads ptxas's cubin), or "checked at load" for every kernel when
+/// there is no ptxas.
 pub(super) fn resources(
     tools: &Toolchain,
     ptx: &Path,
@@ -38,8 +40,12 @@ pub(super) fn resources(
     let Some(ptxas) = &tools.ptxas else {
         return Ok(names.iter().map(|n| ((*n).to_owned(), Resources::CheckedAtLoad)).collect());
     };
+    let cubin = ptx.with_extension("cubin");
+    let keep = tools.cuobjdump.is_some();
     let out = Command::new(ptxas)
-        .args([&format!("-arch={arch}"), "-v", "-o", "/dev/null"])
+        .arg(format!("-arch={arch}"))
+        .args(["-v", "-o"])
+        .arg(if keep { cubin.as_path() } else { Path::new("/dev/null") })
         .arg(ptx)
         .output()
         .map_err(|e| BuildError::Tool { tool: ptxas.display().to_string(), message: e.to_string() })?;
@@ -47,7 +53,24 @@ pub(super) fn resources(
     if !out.status.success() {
         return Err(BuildError::Tool { tool: ptxas.display().to_string(), message: text.into_owned() });
     }
-    Ok(parse_ptxas(&text))
+    let mut resources = parse_ptxas(&text);
+    if let Some(cuobjdump) = &tools.cuobjdump {
+        let sass = Command::new(cuobjdump).arg("-sass").arg(&cubin).output();
+        // The cubin is only the disassembler's input; the module ships as PTX.
+        let _ = std::fs::remove_file(&cubin);
+        let sass =
+            sass.map_err(|e| BuildError::Tool { tool: cuobjdump.display().to_string(), message: e.to_string() })?;
+        if !sass.status.success() {
+            let message = String::from_utf8_lossy(&sass.stderr).into_owned();
+            return Err(BuildError::Tool { tool: cuobjdump.display().to_string(), message });
+        }
+        for (name, hot) in super::sass::hot_loops(&String::from_utf8_lossy(&sass.stdout)) {
+            if let Some(Resources::Ptxas { hot_loop, .. }) = resources.get_mut(&name) {
+                *hot_loop = Some(hot);
+            }
+        }
+    }
+    Ok(resources)
 }
 
 /// The block size each PTX entry was compiled for (its `.maxntid`; every NVIDIA warp has
@@ -87,10 +110,19 @@ fn parse_ptxas(text: &str) -> BTreeMap<String, Resources> {
             let name = rest.split('\'').next().unwrap_or_default().to_owned();
             current = Some((
                 name,
-                Resources::Ptxas { registers: 0, shared_bytes: 0, stack_bytes: 0, spill_stores: 0, spill_loads: 0 },
+                Resources::Ptxas {
+                    registers: 0,
+                    shared_bytes: 0,
+                    stack_bytes: 0,
+                    spill_stores: 0,
+                    spill_loads: 0,
+                    hot_loop: None,
+                },
             ));
-        } else if let Some((_, Resources::Ptxas { stack_bytes, spill_stores, spill_loads, registers, shared_bytes })) =
-            current.as_mut()
+        } else if let Some((
+            _,
+            Resources::Ptxas { stack_bytes, spill_stores, spill_loads, registers, shared_bytes, .. },
+        )) = current.as_mut()
         {
             if line.contains("bytes stack frame") {
                 *stack_bytes = number(line, "stack frame");
@@ -126,7 +158,14 @@ mod tests {
         let r = parse_ptxas(text);
         assert_eq!(
             r["gemv_q4_0_576x576"],
-            Resources::Ptxas { registers: 40, shared_bytes: 9504, stack_bytes: 8, spill_stores: 4, spill_loads: 4 }
+            Resources::Ptxas {
+                registers: 40,
+                shared_bytes: 9504,
+                stack_bytes: 8,
+                spill_stores: 4,
+                spill_loads: 4,
+                hot_loop: None
+            }
         );
         assert_eq!(r["argmax_256"].spills(), Some(0));
     }

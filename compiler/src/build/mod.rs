@@ -10,6 +10,7 @@
 
 mod cuda;
 mod hip;
+pub mod sass;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,9 @@ pub struct Toolchain {
     pub readelf: Option<PathBuf>,
     /// NVIDIA's ptxas, to read register and spill counts of PTX (optional).
     pub ptxas: Option<PathBuf>,
+    /// NVIDIA's cuobjdump (with nvdisasm beside it), to read the hot loop of each kernel
+    /// ptxas compiled (optional; used only with ptxas).
+    pub cuobjdump: Option<PathBuf>,
 }
 
 /// Resource usage of one compiled kernel.
@@ -70,6 +74,9 @@ pub enum Resources {
         spill_stores: u32,
         /// Spill load bytes.
         spill_loads: u32,
+        /// The hot loop's instructions, where cuobjdump could read the SASS.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hot_loop: Option<sass::HotLoop>,
     },
     /// No ptxas here: the runtime reads registers and local memory when it loads the PTX.
     CheckedAtLoad,
@@ -155,7 +162,8 @@ pub enum BuildError {
 
 impl Toolchain {
     /// Finds clang (`$STRATA_CLANG` first), llvm-readelf of the same version and, when
-    /// present, ptxas (`$STRATA_PTXAS`, `ptxas` on the PATH, `/usr/local/cuda/bin`).
+    /// present, ptxas (`$STRATA_PTXAS`, `ptxas` on the PATH, `/usr/local/cuda/bin`) and
+    /// cuobjdump (`$STRATA_CUOBJDUMP`, beside ptxas, on the PATH, `/usr/local/cuda/bin`).
     pub fn discover() -> Result<Toolchain, BuildError> {
         let mut candidates: Vec<PathBuf> = std::env::var_os("STRATA_CLANG").map(PathBuf::from).into_iter().collect();
         candidates.extend(["clang-19", "clang-20", "clang-21", "clang"].map(PathBuf::from));
@@ -180,12 +188,22 @@ impl Toolchain {
             .into_iter()
             .chain(["ptxas".into(), "/usr/local/cuda/bin/ptxas".into()])
             .find(|p| runs(p));
-        Ok(Toolchain { clang, clang_version, clang_major, readelf, ptxas })
+        let cuobjdump = std::env::var_os("STRATA_CUOBJDUMP")
+            .map(PathBuf::from)
+            .into_iter()
+            .chain(ptxas.as_ref().and_then(|p| p.parent()).map(|dir| dir.join("cuobjdump")))
+            .chain(["cuobjdump".into(), "/usr/local/cuda/bin/cuobjdump".into()])
+            .find(|p| runs(p));
+        Ok(Toolchain { clang, clang_version, clang_major, readelf, ptxas, cuobjdump })
     }
 
     /// The identity of the toolchain, part of every build's content hash.
     pub fn identity(&self) -> String {
-        let ptxas = if self.ptxas.is_some() { "ptxas" } else { "no ptxas" };
+        let ptxas = match (&self.ptxas, &self.cuobjdump) {
+            (Some(_), Some(_)) => "ptxas, cuobjdump",
+            (Some(_), None) => "ptxas",
+            (None, _) => "no ptxas",
+        };
         format!("{} ({ptxas})", self.clang_version)
     }
 }

@@ -2,6 +2,7 @@
 //! the cache when no artifacts are given), self-tests them, and generates, scores or
 //! measures perplexity.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,7 +12,10 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::ProgressBar;
 use strata_cli::pull;
+use strata_compiler::build::Resources;
+use strata_compiler::build::sass::HotLoop;
 use strata_compiler::plan::Int8Dot;
+use strata_runtime::artifacts::Artifacts;
 use strata_runtime::backend::RunError;
 use strata_runtime::chat::{self, Message};
 use strata_runtime::constrain::{Constraint, Grammars};
@@ -534,6 +538,19 @@ enum Grammar {
 
 /// Reads the grammar file, if one was named, before the model loads: a file that is
 /// missing or not JSON fails at once.
+/// Each kernel's hot loop as the artifacts' manifest records it (compiled where cuobjdump
+/// could read the SASS), for `bench --kernels`' instructions a weight.
+fn hot_loops(artifacts: Option<&Artifacts>) -> BTreeMap<String, HotLoop> {
+    artifacts
+        .into_iter()
+        .flat_map(|a| &a.manifest.kernels)
+        .filter_map(|k| match &k.resources {
+            Resources::Ptxas { hot_loop: Some(hot), .. } => Some((k.kernel.name.clone(), *hot)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn read_grammar(schema: Option<&Path>, lark: Option<&Path>) -> Result<Option<Grammar>> {
     let read = |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
     Ok(match (schema, lark) {
@@ -727,8 +744,9 @@ fn run(cli: Cli) -> Result<()> {
             if kernels {
                 // After the passes above, so that kernels planned on demand (CPU) are known.
                 let report = s.model.bench_kernels_with(100, windows, gemm_tokens)?;
-                print_kernel_report(&report);
-                print_window_report(&report);
+                let hot = hot_loops(s.artifacts.as_ref());
+                print_kernel_report(&report, &hot);
+                print_window_report(&report, &hot);
             }
             if let Some(binary) = llama_bench {
                 // On the host, llama.cpp gets as many threads as the host backend had.

@@ -1,7 +1,10 @@
 //! What `strata-run` prints besides generated text: start-up events, expert placement
 //! and cache statistics, and the benchmark tables.
 
+use std::collections::BTreeMap;
+
 use indicatif::{ProgressBar, ProgressStyle};
+use strata_compiler::build::sass::HotLoop;
 use strata_runtime::bench::KernelReport;
 use strata_runtime::model::{ExpertStats, Placement};
 use strata_runtime::session::Event;
@@ -81,14 +84,35 @@ pub(crate) fn expert_stats_line(p: &Placement, st: &ExpertStats) -> String {
     )
 }
 
-/// The per-kernel table of `strata-run bench --kernels`.
-pub(crate) fn print_kernel_report(r: &KernelReport) {
+/// The issue slots a weight of kernel `name` at `columns` columns, from its hot loop in the
+/// artifacts' manifest ("-" where none was read: no cuobjdump at compile time, or no dot
+/// or matrix-unit loop).
+fn slots(hot: &BTreeMap<String, HotLoop>, name: &str, columns: u32) -> String {
+    hot.get(name).and_then(|h| h.slots_per_weight(columns)).map_or_else(|| "-".into(), |s| format!("{s:.2}"))
+}
+
+/// The per-kernel table of `strata-run bench --kernels`; `hot` holds the kernels' hot
+/// loops (the manifest's, by name) for the instructions a weight.
+pub(crate) fn print_kernel_report(r: &KernelReport, hot: &BTreeMap<String, HotLoop>) {
     let copy = r.copy_bytes_per_s / 1e9;
     println!("copy bandwidth {copy:.0} GB/s (device to device, bytes read + written)");
-    println!("{:<40} {:>12} {:>10} {:>9} {:>7}", "kernel", "bytes", "time (us)", "GB/s", "% copy");
+    println!("{:<40} {:>12} {:>10} {:>9} {:>7} {:>9}", "kernel", "bytes", "time (us)", "GB/s", "% copy", "slots/wt");
     for k in &r.kernels {
         let gbs = k.bytes as f64 / k.seconds / 1e9;
-        println!("{:<40} {:>12} {:>10.2} {:>9.0} {:>6.1}%", k.name, k.bytes, k.seconds * 1e6, gbs, 100.0 * gbs / copy);
+        println!(
+            "{:<40} {:>12} {:>10.2} {:>9.0} {:>6.1}% {:>9}",
+            k.name,
+            k.bytes,
+            k.seconds * 1e6,
+            gbs,
+            100.0 * gbs / copy,
+            slots(hot, &k.name, k.window)
+        );
+    }
+    if !hot.is_empty() {
+        println!(
+            "slots/wt: instructions a lane issues a weight in the kernel's hot loop (its SASS, read at compile time)"
+        );
     }
     print_gemm_report(r);
 }
@@ -112,7 +136,7 @@ fn print_gemm_report(r: &KernelReport) {
 
 /// The verify-window tables of `strata-run bench --kernels --windows`: one per GEMV shape,
 /// rows indented so that scripts matching the per-kernel table's `^gemv_` lines skip them.
-pub(crate) fn print_window_report(r: &KernelReport) {
+pub(crate) fn print_window_report(r: &KernelReport, hot: &BTreeMap<String, HotLoop>) {
     if r.windows.is_empty() {
         return;
     }
@@ -124,18 +148,22 @@ pub(crate) fn print_window_report(r: &KernelReport) {
         let one = s.timings.iter().find(|k| k.window == 1).map(|k| k.seconds);
         println!();
         println!("  {} ({} rows x {} cols, {})", s.base, s.rows, s.cols, s.quant);
-        println!("  {:<40} {:>3} {:>10} {:>10} {:>7} {:>7}", "kernel", "T", "time (us)", "us/token", "x T=1", "GB/s");
+        println!(
+            "  {:<40} {:>3} {:>10} {:>10} {:>7} {:>7} {:>9}",
+            "kernel", "T", "time (us)", "us/token", "x T=1", "GB/s", "slots/wt"
+        );
         for k in &s.timings {
             let ratio = one.map_or(f64::NAN, |t| k.seconds / t);
             let mark = if k.window == 8 { "  <- T=8 (goal <= 1.25x)" } else { "" };
             println!(
-                "  {:<40} {:>3} {:>10.2} {:>10.2} {:>6.2}x {:>7.0}{mark}",
+                "  {:<40} {:>3} {:>10.2} {:>10.2} {:>6.2}x {:>7.0} {:>9}{mark}",
                 s.base,
                 k.window,
                 k.seconds * 1e6,
                 k.seconds * 1e6 / f64::from(k.window),
                 ratio,
-                k.bytes as f64 / k.seconds / 1e9
+                k.bytes as f64 / k.seconds / 1e9,
+                slots(hot, &k.name, k.window)
             );
         }
     }
