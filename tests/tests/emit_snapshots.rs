@@ -221,3 +221,16 @@ fn matrix_unit_gemv_unstaged_inputs() {
     let kernels = vec![plan::rules::kernel_with(op, &target, &options)];
     insta::assert_snapshot!("matrix_unit_gemv_unstaged_inputs_sm_90", rendered(&target, options, kernels));
 }
+
+/// A batch's GEMV loading each chunk's inputs one chunk ahead (`--gemv-mma-prefetch true`;
+/// Q4_1, whose offset adds the column sums' scales to the loads).
+#[test]
+fn matrix_unit_gemv_prefetched_inputs() {
+    let target = Target::load("sm_90").expect("known");
+    let options = Options { gemv_mma_prefetch: Some(true), ..Options::default() };
+    let (rows, cols, max) = (4096, 4096, plan::rules::BATCH_GEMV_COLUMNS);
+    let op = ops::BatchGemv { quant: GgmlType::Q4_1, rows, cols, max, stack: ops::Stack::SINGLE }.into();
+    let kernel = plan::rules::kernel_with(op, &target, &options);
+    assert!(matches!(&kernel.tuning, plan::Tuning::GemvMma(t) if t.prefetch_inputs), "{:?}", kernel.tuning);
+    insta::assert_snapshot!("matrix_unit_gemv_prefetched_inputs_sm_90", rendered(&target, options, vec![kernel]));
+}

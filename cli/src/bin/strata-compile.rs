@@ -111,6 +111,10 @@ struct CompileArgs {
     /// weights, instead of the rule's choice (tuning sweeps).
     #[arg(long, value_name = "BOOL")]
     gemv_mma_staged: Option<bool>,
+    /// Whether the matrix-unit GEMVs that read their inputs from global memory load them
+    /// a chunk ahead, instead of the rule's choice (tuning sweeps).
+    #[arg(long, value_name = "BOOL")]
+    gemv_mma_prefetch: Option<bool>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention; a mixture of experts' 16-token window): prompts are then read in
     /// verify-window passes.
@@ -354,6 +358,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         gemv_mma_shape: args.gemv_mma_shape,
         gemv_mma_groups: args.gemv_mma_groups,
         gemv_mma_staged: args.gemv_mma_staged,
+        gemv_mma_prefetch: args.gemv_mma_prefetch,
         prefill: !args.no_prefill,
     };
     let request = Request {

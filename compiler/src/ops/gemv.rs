@@ -437,6 +437,7 @@ pub(crate) fn gemv_context(
             // last one's products (four groups at 32 columns, branch-free: 36.1 -> 33.5 µs on
             // an H100).
             "panels": rows.div_ceil(16 * t.wave_groups), "unroll": (4 / t.wave_groups).max(2),
+            "prefetch": t.prefetch_inputs && !t.staged_inputs,
             "blocks": match l.grid[0] { Dim::Fixed(n) => n, Dim::Runtime { .. } => 0 },
             "xq_len": fixed(k, "xq"), "xd_len": fixed(k, "xd"), "y_len": fixed(k, "y"),
             "stage_bytes": mma_stage_bytes(t, quant, window), "staged": t.staged_inputs,

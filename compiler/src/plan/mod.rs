@@ -98,6 +98,11 @@ pub struct Options {
     /// ([`GemvMmaTuning::staged_inputs`]) instead of the rule's choice (tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemv_mma_staged: Option<bool>,
+    /// Whether the matrix-unit GEMVs that read their inputs from global memory load each
+    /// chunk's one chunk ahead ([`GemvMmaTuning::prefetch_inputs`]) instead of the rule's
+    /// choice (tuning sweeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemv_mma_prefetch: Option<bool>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack, or a mixture of experts' prompt window; without them prompts are
     /// read in verify-window passes.
@@ -124,6 +129,7 @@ impl Default for Options {
             gemv_mma_shape: None,
             gemv_mma_groups: None,
             gemv_mma_staged: None,
+            gemv_mma_prefetch: None,
             prefill: true,
         }
     }
@@ -405,6 +411,12 @@ pub struct GemvMmaTuning {
     /// manifest without the key predates it: not staged.
     #[serde(default)]
     pub staged_inputs: bool,
+    /// Where the inputs are not staged: each chunk's B fragments and column scales are
+    /// loaded while the chunk before it multiplies (registers one chunk ahead), so a
+    /// wave does not wait out a global load's latency at every chunk. A manifest without
+    /// the key predates it (or, false, leaves it out): not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefetch_inputs: bool,
 }
 
 /// Tiles of a [`Op::Gemm`] (see [`rules::gemm`]): a block computes `tile_rows` outputs

@@ -776,6 +776,7 @@ pub fn gemv_mma(
         slab_stride: 16 * ((slab / 16) | 1),
         wave_groups,
         staged_inputs,
+        prefetch_inputs: !staged_inputs && options.gemv_mma_prefetch.unwrap_or(false),
     };
     // Fewer, longer splits where the widest window's block would not fit shared memory.
     let limit = target.device.shared_limit(true);
