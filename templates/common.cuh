@@ -239,13 +239,27 @@ struct strata_w32 {
 };
 // A lane's share of a chunk as an int8 matrix-unit operand (the A fragment of mma.sync
 // m16n8k32 row-major, lane q of a quad): lo = weights 4q .. 4q + 3, hi = weights
-// 16 + 4q .. 16 + 4q + 3, signed bytes; weight = d · byte + m, m = 0 where
-// ops::gemm::q8_decoder_terms says the type has no offset (the GEMV then reads none).
-// strata_frag8_<type> in quant/ makes one, for the types of rules::MMA_FRAGMENTS.
+// 16 + 4q .. 16 + 4q + 3, signed bytes as stored (0 .. 127 where z > 0); weight =
+// d · (byte - z) + m, m = 0 where ops::gemm::q8_decoder_terms says the type has no offset
+// (the GEMV then reads none), z the type's zero point (rules::fragment_zero; a constant,
+// so code for z = 0 drops its terms). strata_frag8_<type> in quant/ makes one, for the
+// types of rules::MMA_FRAGMENTS.
 struct strata_frag8 {
     u32 lo, hi;
     float d, m;
+    u32 z;
 };
+// The fragment with its zero point taken out of the bytes (each byte b - z, which for
+// b + 128 - z below 256 carries into no other byte; flipping bit 7 then subtracts 128).
+STRATA_DEVICE strata_frag8 strata_frag8_signed(strata_frag8 f) {
+    if (f.z != 0u) {
+        const u32 up = (128u - f.z) * 0x01010101u;
+        f.lo = (f.lo + up) ^ 0x80808080u;
+        f.hi = (f.hi + up) ^ 0x80808080u;
+        f.z = 0u;
+    }
+    return f;
+}
 // The dot of a decoded chunk with one column's quants q (16-byte aligned) summing to qsum.
 STRATA_DEVICE float strata_dot_w32(const strata_w32& c, const i32* STRATA_RESTRICT q, i32 qsum) {
     u32 x[8];

@@ -240,8 +240,9 @@ pub fn emit(plan: &Plan, target: &Target, dialect: Dialect) -> Result<Module, Em
 /// `extern "C"` entry point: `strata_host_dequant32_<type>(row, chunk, w)`; for the
 /// types with an int8 path, `strata_host_dot32_<type>(row, chunk, q, qsum)` (its lookup
 /// grid passed as the GEMV passes it); for those with matrix-unit fragments,
-/// `strata_host_frag8_<type>(row, chunk, q, words, terms)` (lane q's lo and hi words, then
-/// d and m). Tests build it into a shared library and compare the GPU decoders' own
+/// `strata_host_frag8_<type>(row, chunk, q, words, terms)` (lane q's lo and hi words, its
+/// zero point, and the lo and hi words with it taken out, `strata_frag8_signed`; then d
+/// and m). Tests build it into a shared library and compare the GPU decoders' own
 /// code with the CPU reference.
 pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
     let h = registry();
@@ -280,8 +281,9 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
             let _ = writeln!(
                 source,
                 "extern \"C\" void strata_host_frag8_{name}(const u8* row, u32 chunk, u32 q, u32* words, float* terms) {{ \
-                 const strata_frag8 f = strata_frag8_{name}(row, chunk, q); \
-                 words[0] = f.lo; words[1] = f.hi; terms[0] = f.d; terms[1] = f.m; }}"
+                 const strata_frag8 f = strata_frag8_{name}(row, chunk, q), s = strata_frag8_signed(f); \
+                 words[0] = f.lo; words[1] = f.hi; words[2] = f.z; words[3] = s.lo; words[4] = s.hi; \
+                 terms[0] = f.d; terms[1] = f.m; }}"
             );
         }
     }

@@ -39,17 +39,18 @@ STRATA_DEVICE strata_w32 strata_decode32_signed_q4_0(const u8* STRATA_RESTRICT r
     return c;
 }
 // Matrix-unit fragment (strata_frag8): bytes 4q .. 4q + 3 of qs hold weights 4q .. 4q + 3
-// (low nibbles) and 16 + 4q .. (high nibbles), made signed as in strata_decode32_signed_q4_0.
+// (low nibbles) and 16 + 4q .. (high nibbles), 0 .. 15 as stored with zero point 8.
 // qs is 2-byte aligned in a 2-byte aligned row: two halfword loads.
 STRATA_DEVICE strata_frag8 strata_frag8_q4_0(const u8* STRATA_RESTRICT row, u32 chunk, u32 q) {
     const u8* b = row + 18u * chunk;
     const u16* h = (const u16*)(b + 2u + 4u * q);
     const u32 x = (u32)h[0] | ((u32)h[1] << 16);
     strata_frag8 f;
-    f.lo = ((x & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
-    f.hi = (((x >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
+    f.lo = x & 0x0F0F0F0Fu;
+    f.hi = (x >> 4) & 0x0F0F0F0Fu;
     f.d = strata_f16_to_f32(*(const u16*)b);
     f.m = 0.0f;
+    f.z = 8u;
     return f;
 }
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).

@@ -35,6 +35,7 @@ STRATA_DEVICE strata_frag8 strata_frag8_q4_1(const u8* STRATA_RESTRICT row, u32 
     f.hi = (x >> 4) & 0x0F0F0F0Fu;
     f.d = strata_f16_to_f32((u16)dm);
     f.m = strata_f16_to_f32((u16)(dm >> 16));
+    f.z = 0u;
     return f;
 }
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).

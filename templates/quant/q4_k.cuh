@@ -44,6 +44,7 @@ STRATA_DEVICE strata_frag8 strata_frag8_q4_k(const u8* STRATA_RESTRICT row, u32 
     f.hi = (v[4 + q] >> shift) & 0x0F0F0F0Fu;
     f.d = strata_f16_to_f32((u16)h[0]) * (float)sc;
     f.m = -strata_f16_to_f32((u16)(h[0] >> 16)) * (float)m;
+    f.z = 0u;
     return f;
 }
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).

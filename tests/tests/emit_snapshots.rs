@@ -222,6 +222,27 @@ fn matrix_unit_gemv_unstaged_inputs() {
     insta::assert_snapshot!("matrix_unit_gemv_unstaged_inputs_sm_90", rendered(&target, options, kernels));
 }
 
+/// The verify window's GEMV taking Q4_0's zero point out through each column's starting
+/// sum (`--gemv-mma-zero-start true`) instead of making its bytes signed.
+#[test]
+fn matrix_unit_gemv_zero_start() {
+    let target = Target::load("sm_90").expect("known");
+    let options = Options { gemv_mma_zero_start: Some(true), ..Options::default() };
+    let op = ops::Gemv::new(GgmlType::Q4_0, 4096, 4096, 8).into();
+    let kernel = plan::rules::kernel_with(op, &target, &options);
+    assert!(matches!(&kernel.tuning, plan::Tuning::GemvMma(t) if t.zero_start), "{:?}", kernel.tuning);
+    let batch = ops::BatchGemv {
+        quant: GgmlType::Q4_0,
+        rows: 4096,
+        cols: 4096,
+        max: plan::rules::BATCH_GEMV_COLUMNS,
+        stack: ops::Stack::SINGLE,
+    };
+    let unstaged = plan::rules::kernel_with(batch.into(), &target, &options);
+    assert!(matches!(&unstaged.tuning, plan::Tuning::GemvMma(t) if !t.zero_start), "inputs from global memory: no");
+    insta::assert_snapshot!("matrix_unit_gemv_zero_start_sm_90", rendered(&target, options, vec![kernel]));
+}
+
 /// A batch's GEMV loading each chunk's inputs one chunk ahead (`--gemv-mma-prefetch true`;
 /// Q4_1, whose offset adds the column sums' scales to the loads).
 #[test]

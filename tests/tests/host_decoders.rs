@@ -12,7 +12,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use strata_compiler::emit;
 use strata_compiler::ops::gemm::q8_decoder_terms;
-use strata_compiler::plan::rules::{INT8_DOT, MMA_FRAGMENTS};
+use strata_compiler::plan::rules::{INT8_DOT, MMA_FRAGMENTS, fragment_zero};
 use strata_compiler::quant::{GgmlType, SUPPORTED, random_blocks};
 use strata_tests::toolchain;
 
@@ -77,17 +77,30 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
                 // Lane q's fragment: weights 4q + i (lo) and 16 + 4q + i (hi), i < 4.
                 for q in 0..4u32 {
                     let Some(frag) = &frag else { break };
-                    let (mut words, mut terms) = ([0u32; 2], [0f32; 2]);
+                    let (mut words, mut terms) = ([0u32; 5], [0f32; 2]);
                     // SAFETY: `row` holds the whole row; `words` and `terms` what the entry writes.
                     unsafe { frag(row.as_ptr(), c as u32, q, words.as_mut_ptr(), terms.as_mut_ptr()) };
-                    let [d, m] = terms;
+                    let ([lo, hi, z, signed_lo, signed_hi], [d, m]) = (words, terms);
                     assert!(offset || m == 0.0, "{ty} row {r} chunk {c}: offset {m} in a type without");
-                    for (half, word) in words.into_iter().enumerate() {
-                        for (i, byte) in word.to_le_bytes().into_iter().enumerate() {
-                            let k = 16 * half + 4 * q as usize + i;
-                            let (g, w) = (d * f32::from(byte as i8) + m, want[k]);
-                            let tol = 1e-6 * (g - m).abs().max(m.abs()).max(1e-3);
-                            assert!((g - w).abs() <= tol, "{ty} fragment, row {r} chunk {c} [{k}]: {g} vs {w}");
+                    assert_eq!(z, fragment_zero(ty).unwrap_or(0), "{ty}: the fragment's zero point is the rule's");
+                    // The bytes as stored with their zero point, and with it taken out.
+                    for (words, zero) in [([lo, hi], z), ([signed_lo, signed_hi], 0)] {
+                        for (half, word) in words.into_iter().enumerate() {
+                            for (i, byte) in word.to_le_bytes().into_iter().enumerate() {
+                                let k = 16 * half + 4 * q as usize + i;
+                                let value =
+                                    if zero == 0 { i32::from(byte as i8) } else { i32::from(byte) - zero as i32 };
+                                let (g, w) = (d * value as f32 + m, want[k]);
+                                let tol = 1e-6 * (g - m).abs().max(m.abs()).max(1e-3);
+                                assert!(
+                                    (g - w).abs() <= tol,
+                                    "{ty} fragment (zero {zero}), row {r} chunk {c} [{k}]: {g} vs {w}"
+                                );
+                                assert!(
+                                    zero == 0 || byte < 128,
+                                    "{ty}: a byte with a zero point is a non-negative int8"
+                                );
+                            }
                         }
                     }
                 }

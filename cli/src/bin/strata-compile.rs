@@ -115,6 +115,10 @@ struct CompileArgs {
     /// a chunk ahead, instead of the rule's choice (tuning sweeps).
     #[arg(long, value_name = "BOOL")]
     gemv_mma_prefetch: Option<bool>,
+    /// Whether the matrix-unit GEMVs of a type with a zero point (Q4_0) take it out
+    /// through each column's starting sum, instead of the rule's choice (tuning sweeps).
+    #[arg(long, value_name = "BOOL")]
+    gemv_mma_zero_start: Option<bool>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention; a mixture of experts' 16-token window): prompts are then read in
     /// verify-window passes.
@@ -359,6 +363,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         gemv_mma_groups: args.gemv_mma_groups,
         gemv_mma_staged: args.gemv_mma_staged,
         gemv_mma_prefetch: args.gemv_mma_prefetch,
+        gemv_mma_zero_start: args.gemv_mma_zero_start,
         prefill: !args.no_prefill,
     };
     let request = Request {

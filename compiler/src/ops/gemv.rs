@@ -438,6 +438,9 @@ pub(crate) fn gemv_context(
             // an H100).
             "panels": rows.div_ceil(16 * t.wave_groups), "unroll": (4 / t.wave_groups).max(2),
             "prefetch": t.prefetch_inputs && !t.staged_inputs,
+            // The zero point taken out through each column's starting sum: its chunk sums
+            // are loaded beside the scales.
+            "zero_start": t.zero_start.then(|| rules::fragment_zero(quant)).flatten(),
             "blocks": match l.grid[0] { Dim::Fixed(n) => n, Dim::Runtime { .. } => 0 },
             "xq_len": fixed(k, "xq"), "xd_len": fixed(k, "xd"), "y_len": fixed(k, "y"),
             "stage_bytes": mma_stage_bytes(t, quant, window), "staged": t.staged_inputs,
@@ -494,6 +497,27 @@ mod tests {
     /// chunk can reach (|sum| <= 32 * 128 * 127), or the matrix-unit GEMV's outputs change.
     /// Zeros may differ in sign only: each output's sum starts at +0, which adding a zero
     /// of either sign leaves +0.
+    /// `strata_mma_i8_started` with Q4_0's zero point: a column's start
+    /// `fma(-8, sum, 1.5 * 2^23)` is exact and its bits plus the raw nibbles' integer sum
+    /// are the bits of the bias plus the signed weights' sum, for every chunk sum of int8
+    /// activations (|sum| <= 32 * 127) and every raw sum (nibbles 0..15): the outputs
+    /// equal those of bytes made signed, bit for bit.
+    #[test]
+    fn a_zero_point_leaves_through_the_start_exactly() {
+        const BIAS_BITS: i32 = 0x4B40_0000;
+        let bias = f32::from_bits(BIAS_BITS as u32);
+        let zero = crate::plan::rules::fragment_zero(crate::quant::GgmlType::Q4_0).expect("Q4_0 has one");
+        let (most_sum, most_raw) = (32 * 127, 32 * 15 * 128);
+        for sum in (-most_sum..=most_sum).step_by(7).chain([-most_sum, most_sum]) {
+            let start = (-(zero as f32)).mul_add(sum as f32, bias);
+            assert_eq!(start, bias - (zero as i32 * sum) as f32, "sum {sum}: the start is exact");
+            for raw in (-most_raw..=most_raw).step_by(997).chain([-most_raw, most_raw]) {
+                let ended = f32::from_bits((start.to_bits() as i32 + raw) as u32);
+                assert_eq!(ended, bias + (raw - zero as i32 * sum) as f32, "sum {sum} raw {raw}");
+            }
+        }
+    }
+
     #[test]
     fn the_biased_int8_sum_scales_bit_for_bit_as_a_converted_one() {
         const BIAS_BITS: i32 = 0x4B40_0000;

@@ -103,6 +103,11 @@ pub struct Options {
     /// choice (tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemv_mma_prefetch: Option<bool>,
+    /// Whether the matrix-unit GEMVs of a type with a zero point take it out through each
+    /// column's starting sum ([`GemvMmaTuning::zero_start`]) instead of the rule's choice
+    /// (tuning sweeps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemv_mma_zero_start: Option<bool>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack, or a mixture of experts' prompt window; without them prompts are
     /// read in verify-window passes.
@@ -130,6 +135,7 @@ impl Default for Options {
             gemv_mma_groups: None,
             gemv_mma_staged: None,
             gemv_mma_prefetch: None,
+            gemv_mma_zero_start: None,
             prefill: true,
         }
     }
@@ -417,6 +423,15 @@ pub struct GemvMmaTuning {
     /// the key predates it (or, false, leaves it out): not.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prefetch_inputs: bool,
+    /// For a type whose fragment bytes have a zero point ([`rules::fragment_zero`]) and
+    /// staged inputs: each column's integer sums start at the bias minus the zero point
+    /// times the column's chunk sum (one multiply-add a column and chunk, shared by the
+    /// wave's groups; the outputs are the same bits) instead of every byte being made
+    /// signed (two instructions a fragment word). Not with inputs from global memory,
+    /// whose four tiles' starts cost registers the batch GEMV has none of. Absent
+    /// (false): the bytes are made signed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub zero_start: bool,
 }
 
 /// Tiles of a [`Op::Gemm`] (see [`rules::gemm`]): a block computes `tile_rows` outputs

@@ -93,6 +93,13 @@ pub const Q8_BLOCKS_PER_CU: u32 = 4;
 /// 1680-byte slabs (whole 210-byte blocks in 16-byte pieces) made its matrix-unit GEMV 4x
 /// slower than its int8-dot one on an H100 (docs/PERFORMANCE.md).
 pub const MMA_FRAGMENTS: [GgmlType; 4] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K];
+/// The zero point of a type's matrix-unit fragment bytes (`strata_frag8::z`: weight =
+/// d · (byte - z) + m), where it has one: Q4_0's nibbles mean q - 8. A GEMV either
+/// subtracts it from every byte or, with [`GemvMmaTuning::zero_start`], starts each
+/// column's sums at minus its multiple of the column's chunk sum.
+pub fn fragment_zero(quant: GgmlType) -> Option<u32> {
+    (quant == GgmlType::Q4_0).then_some(8)
+}
 /// The narrowest window whose GEMVs take the matrix unit by default
 /// ([`Options::gemv_mma_from`]). On an H100 (docs/PERFORMANCE.md), Llama-8B Q4_0: at
 /// two columns the int8-dot GEMV is faster on both shapes, at four the matrix unit takes
@@ -777,6 +784,7 @@ pub fn gemv_mma(
         wave_groups,
         staged_inputs,
         prefetch_inputs: !staged_inputs && options.gemv_mma_prefetch.unwrap_or(false),
+        zero_start: staged_inputs && fragment_zero(quant).is_some() && options.gemv_mma_zero_start.unwrap_or(false),
     };
     // Fewer, longer splits where the widest window's block would not fit shared memory.
     let limit = target.device.shared_limit(true);
