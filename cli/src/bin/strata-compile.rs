@@ -119,6 +119,11 @@ struct CompileArgs {
     /// through each column's starting sum, instead of the rule's choice (tuning sweeps).
     #[arg(long, value_name = "BOOL")]
     gemv_mma_zero_start: Option<bool>,
+    /// Whether a verify window's matrix-unit GEMV takes another number of row groups
+    /// where the rule's blocks would not all fit the GPU at once at eight columns
+    /// (tuning sweeps).
+    #[arg(long, value_name = "BOOL")]
+    gemv_mma_one_round: Option<bool>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention; a mixture of experts' 16-token window): prompts are then read in
     /// verify-window passes.
@@ -364,6 +369,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         gemv_mma_staged: args.gemv_mma_staged,
         gemv_mma_prefetch: args.gemv_mma_prefetch,
         gemv_mma_zero_start: args.gemv_mma_zero_start,
+        gemv_mma_one_round: args.gemv_mma_one_round,
         prefill: !args.no_prefill,
     };
     let request = Request {

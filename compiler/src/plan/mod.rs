@@ -108,6 +108,11 @@ pub struct Options {
     /// (tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemv_mma_zero_start: Option<bool>,
+    /// Whether a staged window's matrix-unit GEMV takes another number of row groups
+    /// where the rule's would need more than one round of blocks at eight columns
+    /// ([`rules::mma_rounds`]; tuning sweeps, off by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemv_mma_one_round: Option<bool>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack, or a mixture of experts' prompt window; without them prompts are
     /// read in verify-window passes.
@@ -136,6 +141,7 @@ impl Default for Options {
             gemv_mma_staged: None,
             gemv_mma_prefetch: None,
             gemv_mma_zero_start: None,
+            gemv_mma_one_round: None,
             prefill: true,
         }
     }

@@ -735,17 +735,12 @@ pub fn gemv_mma(
     }
     // The int8 GEMV's choice of where int8 products pay.
     gemv_q8(quant, rows, cols, window.min(crate::plan::MAX_WINDOW), target, options)?;
-    let [stages, least, per_cu] =
-        options.gemv_mma_shape.unwrap_or([GEMV_MMA_STAGES, GEMV_MMA_SLAB_BYTES, GEMV_MMA_WAVES_PER_CU]);
+    let least = options.gemv_mma_shape.map_or(GEMV_MMA_SLAB_BYTES, |[_, least, _]| least);
     let block_bytes = quant.block_bytes() as u32;
-    let slab_of = |least: u32| {
-        let mut slab = lcm(block_bytes, 16);
-        while slab < least && u64::from(slab) < row_bytes {
-            slab *= 2;
-        }
-        slab
-    };
-    let mut slab = slab_of(least);
+    let mut slab = lcm(block_bytes, 16);
+    while slab < least && u64::from(slab) < row_bytes {
+        slab *= 2;
+    }
     // Staged inputs copy each column's scales two chunks a 16-byte piece.
     let slab_chunks = slab / block_bytes * (quant.block_len() as u32 / 32);
     let staged_inputs = options.gemv_mma_staged.unwrap_or(window <= GEMV_MMA_STAGED_UP_TO)
@@ -763,10 +758,67 @@ pub fn gemv_mma(
         GEMV_MMA_GROUPS
     };
     let enough = |r: u32| groups.div_ceil(r) * if r > GEMV_MMA_GROUPS { 1 } else { 2 } >= cus;
-    let wave_groups = match options.gemv_mma_groups {
-        Some(asked) => asked.min(groups).max(1),
-        None => (1..=most).rev().find(|&r| enough(r)).unwrap_or(1),
+    let tuned =
+        |wave_groups: u32| gemv_mma_split(quant, rows, cols, window, wave_groups, staged_inputs, target, options);
+    let Some(asked) = options.gemv_mma_groups else {
+        let first = (1..=most).rev().find(|&r| enough(r)).unwrap_or(1);
+        let chosen = tuned(first)?;
+        if !(staged_inputs && options.gemv_mma_one_round.unwrap_or(false))
+            || mma_rounds(&chosen, quant, rows, target) <= 1.0
+        {
+            return Some(chosen);
+        }
+        // One round of blocks at GEMV_MMA_ROUND_WINDOW: the nearest group count whose
+        // blocks all fit the compute units at once (more groups first), else the rule's.
+        let mut others: Vec<u32> = (1..=most).filter(|&r| r != first).collect();
+        others.sort_by_key(|&r| (r.abs_diff(first), std::cmp::Reverse(r)));
+        let fits = others.into_iter().filter_map(tuned).find(|t| mma_rounds(t, quant, rows, target) <= 1.0);
+        return Some(fits.unwrap_or(chosen));
     };
+    tuned(asked.min(groups).max(1))
+}
+
+/// The window whose blocks [`Options::gemv_mma_one_round`] fits in one round: eight
+/// columns, an 8-sequence batch's and the usual verify window's.
+pub const GEMV_MMA_ROUND_WINDOW: u32 = 8;
+
+/// Rounds of blocks a matrix-unit GEMV of `t` takes at [`GEMV_MMA_ROUND_WINDOW`] columns:
+/// its blocks over as many as the compute units hold at once by shared memory (1 KiB
+/// reserved a block, as NVIDIA does). Above one, the last blocks wait for the first.
+pub fn mma_rounds(t: &GemvMmaTuning, quant: GgmlType, rows: u32, target: &Target) -> f64 {
+    let panels = rows.div_ceil(16 * t.wave_groups);
+    let blocks = panels.min(target.device.compute_units * GEMV_MMA_BLOCKS_PER_CU);
+    let shared = crate::ops::gemv::mma_shared_bytes(t, quant, GEMV_MMA_ROUND_WINDOW, target.device.wave_size);
+    let per_cu = (target.device.shared_limit(true) + 1024) / (shared + 1024);
+    f64::from(blocks) / f64::from((per_cu * target.device.compute_units).max(1))
+}
+
+/// The rest of [`gemv_mma`] for a given number of groups a wave: slabs, the split of each
+/// row between the waves, and the stages.
+#[allow(clippy::too_many_arguments)]
+fn gemv_mma_split(
+    quant: GgmlType,
+    rows: u32,
+    cols: u32,
+    window: u32,
+    wave_groups: u32,
+    staged_inputs: bool,
+    target: &Target,
+    options: &Options,
+) -> Option<GemvMmaTuning> {
+    let row_bytes = quant.row_bytes(u64::from(cols))?;
+    let [stages, least, per_cu] =
+        options.gemv_mma_shape.unwrap_or([GEMV_MMA_STAGES, GEMV_MMA_SLAB_BYTES, GEMV_MMA_WAVES_PER_CU]);
+    let block_bytes = quant.block_bytes() as u32;
+    let slab_of = |least: u32| {
+        let mut slab = lcm(block_bytes, 16);
+        while slab < least && u64::from(slab) < row_bytes {
+            slab *= 2;
+        }
+        slab
+    };
+    let mut slab = slab_of(least);
+    let cus = target.device.compute_units;
     let panels = rows.div_ceil(16 * wave_groups);
     if options.gemv_mma_shape.is_none() && window > GEMV_MMA_STAGED_UP_TO && !staged_inputs && panels < cus {
         slab = slab_of(BATCH_GEMV_SLAB_BYTES);
@@ -990,6 +1042,27 @@ mod tests {
             let t = gemv_mma(GgmlType::Q4_0, rows, cols, 16, &sm90, &default).expect("fits");
             assert!(crate::ops::gemv::mma_shared_bytes(&t, GgmlType::Q4_0, 16, 32) <= limit, "{rows}x{cols}");
         }
+    }
+
+    #[test]
+    fn one_round_of_blocks_where_another_group_count_gives_it() {
+        let sm90 = Target::load("sm_90").expect("known");
+        let one_round = Options { gemv_mma_one_round: Some(true), ..Options::default() };
+        // Llama-8B's stacked Q·K·V (6144 rows): two groups make 192 blocks of which the
+        // H100's 132 compute units hold one each at eight columns; three make 128.
+        let (rows, cols) = (6144, 4096);
+        let rule = gemv_mma(GgmlType::Q4_0, rows, cols, 8, &sm90, &Options::default()).expect("matrix unit");
+        let fitted = gemv_mma(GgmlType::Q4_0, rows, cols, 8, &sm90, &one_round).expect("matrix unit");
+        assert_eq!((rule.wave_groups, fitted.wave_groups), (2, 3));
+        assert!(mma_rounds(&rule, GgmlType::Q4_0, rows, &sm90) > 1.0);
+        assert!(mma_rounds(&fitted, GgmlType::Q4_0, rows, &sm90) <= 1.0);
+        // Every window of the shape takes the same tuning (one summation order).
+        for window in [4, 12, 16] {
+            assert_eq!(gemv_mma(GgmlType::Q4_0, rows, cols, window, &sm90, &one_round), Some(fitted.clone()));
+        }
+        // A shape the rule already fits keeps its groups: the gate's 224 blocks, two an SM.
+        let gate = |o: &Options| gemv_mma(GgmlType::Q4_0, 14_336, cols, 8, &sm90, o).expect("matrix unit");
+        assert_eq!(gate(&one_round), gate(&Options::default()));
     }
 
     #[test]
