@@ -36,6 +36,8 @@ $sc --pack "$pack" --target sm_90 --spec 16 ${FLAGS:-} --out "$arts/new/llama8b-
 $out/binprev/strata-compile --pack "$pack" --target sm_90 --spec 16 --out "$arts/old/llama8b-Q4_0"
 # shellcheck disable=SC2086
 $sc --pack "$w2" --target sm_90 --spec 16 ${FLAGS:-} --out "$arts/w2/llama8b-Q4_0-w2"
+# The two-layer pack without FLAGS too, so that the kernel tables compare the variant.
+[ -n "${FLAGS:-}" ] && $sc --pack "$w2" --target sm_90 --spec 16 --out "$arts/w2old/llama8b-Q4_0-w2"
 tar -cJf "$out/arts.tar.xz" -C "$arts" .
 xz -T2 -6 "$out"/bin/* "$out"/binprev/*
 du -sh "$out"/arts.tar.xz "$out"/bin/* "$out"/binprev/*

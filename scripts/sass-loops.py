@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Prints, for the NVIDIA kernels of an artifacts directory, the registers and spills ptxas
-gives them and the instruction mix of each one's busiest loop (the backward branch's
-body holding the most matrix-unit instructions, the innermost of those): what a kernel spends
-per product, read from the SASS without a GPU.
+gives them, the blocks an SM holds at once (by registers and shared memory) and the rounds
+of blocks the grid takes, and the instruction mix of each one's busiest loop (the backward
+branch's body holding the most matrix-unit instructions, the innermost of those): what a
+kernel spends per product, read from the SASS without a GPU.
 
     scripts/sass-loops.py ARTIFACTS_DIR [KERNEL_REGEX]
 
@@ -25,6 +26,23 @@ arch = manifest["target"]["name"]
 if not arch.startswith("sm_"):
     sys.exit(f"{arch}: not an NVIDIA build (scripts/amd-occupancy.py reads AMD ones)")
 ptxas = os.environ.get("STRATA_PTXAS", "ptxas")
+device = tomllib.load(open(f"{os.path.dirname(__file__)}/../targets/{arch}.toml", "rb"))["device"]
+launches = {k["name"]: k["launch"] for k in manifest["kernels"]}
+
+
+def occupancy(kernel, registers):
+    """(blocks an SM holds at once, rounds of blocks the grid takes): registers by the
+    block's threads, shared memory with the 1 KiB a block NVIDIA reserves."""
+    launch = launches.get(kernel)
+    grid = launch and launch["grid"][0]
+    if not isinstance(grid, int) or not isinstance(registers, int):
+        return "?", "?"
+    threads, shared = launch["threads"], launch.get("shared_bytes", 0)
+    by_registers = device["registers_per_cu"] // max(registers * threads, 1)
+    by_shared = (device["shared_bytes_opt_in"] + 1024) // (shared + 1024)
+    blocks = max(min(by_registers, by_shared, 32), 1)
+    return blocks, f"{grid / (blocks * device['compute_units']):.2f}"
+
 
 with tempfile.TemporaryDirectory() as tmp:
     cubin = f"{tmp}/module.cubin"
@@ -68,21 +86,23 @@ def busiest_loop(body):
 
 
 print(f"{arch}, {len(manifest['kernels'])} kernels, pack {manifest['pack']['file']}\n")
-print("| kernel | registers | spilled bytes | loop instructions | matrix-unit | a product | int8 dots | a weight | most frequent |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+print("| kernel | registers | spilled bytes | blocks an SM | rounds | loop instructions | matrix-unit | a product | int8 dots | a weight | most frequent |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 for m in re.finditer(r"Function : (\w+)\n(.*?)(?=\n\s*Function : |\Z)", sass, re.S):
     kernel, body = m.group(1), m.group(2)
     if not wanted.search(kernel):
         continue
     r = resources.get(kernel, {})
+    blocks, rounds = occupancy(kernel, r.get("registers"))
+    head = f"| {kernel} | {r.get('registers', '?')} | {r.get('spills', '?')} | {blocks} | {rounds}"
     loop = busiest_loop(body)
     if loop is None:
-        print(f"| {kernel} | {r.get('registers', '?')} | {r.get('spills', '?')} | no loop | | | | | |")
+        print(f"{head} | no loop | | | | | |")
         continue
     mma, dots, ops = loop
     mix = collections.Counter(ops).most_common(8)
     each = f"{len(ops) / mma:.1f}" if mma else ""
     # Issue slots a weight of a one-column dot loop: each lane's dp4a takes four weights.
     weight = f"{len(ops) / (4 * dots):.2f}" if dots and not mma else ""
-    print(f"| {kernel} | {r.get('registers', '?')} | {r.get('spills', '?')} | {len(ops)} | {mma} | {each} | {dots} | {weight} | "
+    print(f"{head} | {len(ops)} | {mma} | {each} | {dots} | {weight} | "
           + " ".join(f"{o} {n}" for o, n in mix) + " |")

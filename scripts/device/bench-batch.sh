@@ -49,9 +49,13 @@ for v in new old; do
     grep -v '^\s*$' "$work/batch-$v.txt" | tail -12
 done
 if [ "${WINDOWS:-1}" = 1 ]; then
-    echo "== window and batch GEMVs, two layers (new build, $(elapsed))"
-    timeout 75 "$work/bin/strata-run" bench --pack "$w2" --artifacts "$work/arts/w2/llama8b-Q4_0-w2" \
-        --kernels --windows -p 16 -n 16 -r 1 --ctx 256 2>&1 | grep -E 'T=|^  gemv_q4_0_|^copy' | tail -60
+    # w2old: the same build's artifacts without prepare-batch-bench.sh's FLAGS, where made.
+    for a in w2 w2old; do
+        [ -d "$work/arts/$a" ] || continue
+        echo "== window and batch GEMVs, two layers ($a, new build, $(elapsed))"
+        timeout 75 "$work/bin/strata-run" bench --pack "$w2" --artifacts "$work/arts/$a/llama8b-Q4_0-w2" \
+            --kernels --windows -p 16 -n 16 -r 1 --ctx 256 2>&1 | grep -E 'T=|^  gemv_q4_0_|^copy' | tail -60
+    done
 fi
 if [ "${PEER:-0}" = 1 ]; then
     echo "== waiting for the peer build ($(elapsed))"
