@@ -238,8 +238,14 @@ fn matrix_unit_gemv_zero_start() {
         max: plan::rules::BATCH_GEMV_COLUMNS,
         stack: ops::Stack::SINGLE,
     };
-    let unstaged = plan::rules::kernel_with(batch.into(), &target, &options);
-    assert!(matches!(&unstaged.tuning, plan::Tuning::GemvMma(t) if !t.zero_start), "inputs from global memory: no");
+    let mut unstaged = plan::rules::kernel_with(batch.into(), &target, &options);
+    let plan::Tuning::GemvMma(t) = &mut unstaged.tuning else { panic!("matrix unit: {:?}", unstaged.tuning) };
+    assert!(!t.zero_start, "inputs from global memory: no zero start");
+    // A record that asks for it anyway (a hand-edited manifest) fails the static check.
+    t.zero_start = true;
+    let forced = plan::Plan { target: target.name.clone(), options: options.clone(), kernels: vec![unstaged] };
+    let errors = strata_compiler::check::check(&forced, &target);
+    assert!(errors.iter().any(|e| e.to_string().contains("zero-point start")), "{errors:?}");
     insta::assert_snapshot!("matrix_unit_gemv_zero_start_sm_90", rendered(&target, options, vec![kernel]));
 }
 

@@ -377,6 +377,13 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
                     ),
                 );
             }
+            if g.zero_start && !(g.staged_inputs && rules::fragment_zero(quant).is_some()) {
+                c.fail(
+                    "the zero-point start",
+                    format!("{quant}, inputs {}", if g.staged_inputs { "staged" } else { "from global memory" }),
+                    "a type with a zero point and staged inputs (their chunk sums beside the scales)".into(),
+                );
+            }
             let shared = mma_shared_bytes(g, quant, window, l.wave_size);
             if g.waves != l.waves || shared != l.shared_bytes || !l.dynamic_shared || c.grid_x() == 0 {
                 c.fail(
@@ -491,12 +498,6 @@ pub(crate) fn gemv_context(
 
 #[cfg(test)]
 mod tests {
-    /// `strata_mma_i8_biased` (templates/matrix/mma_sync.cuh): an int8 chunk's sum read
-    /// as the float 1.5 * 2^23 + sum, then `fma(c, d, -1.5 * 2^23 * d)`, must equal the
-    /// `d * (float)sum` it replaces bit for bit, for every f16 scale and every sum a
-    /// chunk can reach (|sum| <= 32 * 128 * 127), or the matrix-unit GEMV's outputs change.
-    /// Zeros may differ in sign only: each output's sum starts at +0, which adding a zero
-    /// of either sign leaves +0.
     /// `strata_mma_i8_started` with Q4_0's zero point: a column's start
     /// `fma(-8, sum, 1.5 * 2^23)` is exact and its bits plus the raw nibbles' integer sum
     /// are the bits of the bias plus the signed weights' sum, for every chunk sum of int8
@@ -518,6 +519,12 @@ mod tests {
         }
     }
 
+    /// `strata_mma_i8_biased` (templates/matrix/mma_sync.cuh): an int8 chunk's sum read
+    /// as the float 1.5 * 2^23 + sum, then `fma(c, d, -1.5 * 2^23 * d)`, must equal the
+    /// `d * (float)sum` it replaces bit for bit, for every f16 scale and every sum a
+    /// chunk can reach (|sum| <= 32 * 128 * 127), or the matrix-unit GEMV's outputs change.
+    /// Zeros may differ in sign only: each output's sum starts at +0, which adding a zero
+    /// of either sign leaves +0.
     #[test]
     fn the_biased_int8_sum_scales_bit_for_bit_as_a_converted_one() {
         const BIAS_BITS: i32 = 0x4B40_0000;

@@ -736,13 +736,9 @@ pub fn gemv_mma(
     // The int8 GEMV's choice of where int8 products pay.
     gemv_q8(quant, rows, cols, window.min(crate::plan::MAX_WINDOW), target, options)?;
     let least = options.gemv_mma_shape.map_or(GEMV_MMA_SLAB_BYTES, |[_, least, _]| least);
-    let block_bytes = quant.block_bytes() as u32;
-    let mut slab = lcm(block_bytes, 16);
-    while slab < least && u64::from(slab) < row_bytes {
-        slab *= 2;
-    }
+    let slab = mma_slab(quant, row_bytes, least);
     // Staged inputs copy each column's scales two chunks a 16-byte piece.
-    let slab_chunks = slab / block_bytes * (quant.block_len() as u32 / 32);
+    let slab_chunks = slab / quant.block_bytes() as u32 * (quant.block_len() as u32 / 32);
     let staged_inputs = options.gemv_mma_staged.unwrap_or(window <= GEMV_MMA_STAGED_UP_TO)
         && slab_chunks.is_multiple_of(2)
         && (cols / 32).is_multiple_of(2);
@@ -809,20 +805,11 @@ fn gemv_mma_split(
     let row_bytes = quant.row_bytes(u64::from(cols))?;
     let [stages, least, per_cu] =
         options.gemv_mma_shape.unwrap_or([GEMV_MMA_STAGES, GEMV_MMA_SLAB_BYTES, GEMV_MMA_WAVES_PER_CU]);
-    let block_bytes = quant.block_bytes() as u32;
-    let slab_of = |least: u32| {
-        let mut slab = lcm(block_bytes, 16);
-        while slab < least && u64::from(slab) < row_bytes {
-            slab *= 2;
-        }
-        slab
-    };
-    let mut slab = slab_of(least);
     let cus = target.device.compute_units;
     let panels = rows.div_ceil(16 * wave_groups);
-    if options.gemv_mma_shape.is_none() && window > GEMV_MMA_STAGED_UP_TO && !staged_inputs && panels < cus {
-        slab = slab_of(BATCH_GEMV_SLAB_BYTES);
-    }
+    let batch_panels =
+        options.gemv_mma_shape.is_none() && window > GEMV_MMA_STAGED_UP_TO && !staged_inputs && panels < cus;
+    let slab = mma_slab(quant, row_bytes, if batch_panels { BATCH_GEMV_SLAB_BYTES } else { least });
     let slabs = u32::try_from(row_bytes.div_ceil(u64::from(slab))).ok().filter(|&n| n > 0)?;
     let wanted = (cus * per_cu).div_ceil(panels * wave_groups);
     let most_splits = if window > GEMV_MMA_STAGED_UP_TO { BATCH_GEMV_MAX_SPLITS } else { GEMV_MMA_MAX_SPLITS };
@@ -846,6 +833,16 @@ fn gemv_mma_split(
         wave_slabs += 1;
     }
     Some(tuning(wave_slabs))
+}
+
+/// A matrix-unit GEMV's slab: whole quant blocks in whole 16-byte pieces, doubled up to
+/// `least` bytes or the row.
+fn mma_slab(quant: GgmlType, row_bytes: u64, least: u32) -> u32 {
+    let mut slab = lcm(quant.block_bytes() as u32, 16);
+    while slab < least && u64::from(slab) < row_bytes {
+        slab *= 2;
+    }
+    slab
 }
 
 /// The lookup grid an int8 decoder reads: (name in the module, bytes an entry, entries).

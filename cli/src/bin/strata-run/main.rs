@@ -536,8 +536,6 @@ enum Grammar {
     Lark(String),
 }
 
-/// Reads the grammar file, if one was named, before the model loads: a file that is
-/// missing or not JSON fails at once.
 /// Each kernel's hot loop as the artifacts' manifest records it (compiled where cuobjdump
 /// could read the SASS), for `bench --kernels`' instructions a weight.
 fn hot_loops(artifacts: Option<&Artifacts>) -> BTreeMap<String, HotLoop> {
@@ -551,6 +549,8 @@ fn hot_loops(artifacts: Option<&Artifacts>) -> BTreeMap<String, HotLoop> {
         .collect()
 }
 
+/// Reads the grammar file, if one was named, before the model loads: a file that is
+/// missing or not JSON fails at once.
 fn read_grammar(schema: Option<&Path>, lark: Option<&Path>) -> Result<Option<Grammar>> {
     let read = |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
     Ok(match (schema, lark) {
