@@ -222,15 +222,19 @@ fn matrix_unit_gemv_unstaged_inputs() {
     insta::assert_snapshot!("matrix_unit_gemv_unstaged_inputs_sm_90", rendered(&target, options, kernels));
 }
 
-/// The verify window's GEMV taking Q4_0's zero point out through each column's starting
-/// sum (`--gemv-mma-zero-start true`) instead of making its bytes signed.
+/// The verify window's GEMV making Q4_0's bytes signed (`--gemv-mma-zero-start false`)
+/// instead of taking its zero point out through each column's starting sum, as the rule
+/// does (`matrix_unit_gemv_kernels`); and the rule's batch GEMV, which never does.
 #[test]
 fn matrix_unit_gemv_zero_start() {
     let target = Target::load("sm_90").expect("known");
-    let options = Options { gemv_mma_zero_start: Some(true), ..Options::default() };
-    let op = ops::Gemv::new(GgmlType::Q4_0, 4096, 4096, 8).into();
-    let kernel = plan::rules::kernel_with(op, &target, &options);
+    let options = Options::default();
+    let op = ops::Gemv::new(GgmlType::Q4_0, 4096, 4096, 8);
+    let kernel = plan::rules::kernel_with(op.into(), &target, &options);
     assert!(matches!(&kernel.tuning, plan::Tuning::GemvMma(t) if t.zero_start), "{:?}", kernel.tuning);
+    let signed_bytes = Options { gemv_mma_zero_start: Some(false), ..Options::default() };
+    let signed = plan::rules::kernel_with(op.into(), &target, &signed_bytes);
+    assert!(matches!(&signed.tuning, plan::Tuning::GemvMma(t) if !t.zero_start), "{:?}", signed.tuning);
     let batch = ops::BatchGemv {
         quant: GgmlType::Q4_0,
         rows: 4096,
@@ -246,7 +250,7 @@ fn matrix_unit_gemv_zero_start() {
     let forced = plan::Plan { target: target.name.clone(), options: options.clone(), kernels: vec![unstaged] };
     let errors = strata_compiler::check::check(&forced, &target);
     assert!(errors.iter().any(|e| e.to_string().contains("zero-point start")), "{errors:?}");
-    insta::assert_snapshot!("matrix_unit_gemv_zero_start_sm_90", rendered(&target, options, vec![kernel]));
+    insta::assert_snapshot!("matrix_unit_gemv_signed_bytes_sm_90", rendered(&target, signed_bytes, vec![signed]));
 }
 
 /// A batch's GEMV loading each chunk's inputs one chunk ahead (`--gemv-mma-prefetch true`;

@@ -116,12 +116,13 @@ struct CompileArgs {
     #[arg(long, value_name = "BOOL")]
     gemv_mma_prefetch: Option<bool>,
     /// Whether the matrix-unit GEMVs of a type with a zero point (Q4_0) take it out
-    /// through each column's starting sum, instead of the rule's choice (tuning sweeps).
+    /// through each column's starting sum (the rule: yes, for windows), instead of
+    /// making the weights' bytes signed (tuning sweeps).
     #[arg(long, value_name = "BOOL")]
     gemv_mma_zero_start: Option<bool>,
     /// Whether a verify window's matrix-unit GEMV takes another number of row groups
-    /// where the rule's blocks would not all fit the GPU at once at eight columns
-    /// (tuning sweeps).
+    /// where its blocks would not all fit the GPU at once at eight columns (the rule:
+    /// yes), instead of keeping the first choice (tuning sweeps).
     #[arg(long, value_name = "BOOL")]
     gemv_mma_one_round: Option<bool>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill

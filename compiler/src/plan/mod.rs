@@ -104,13 +104,13 @@ pub struct Options {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemv_mma_prefetch: Option<bool>,
     /// Whether the matrix-unit GEMVs of a type with a zero point take it out through each
-    /// column's starting sum ([`GemvMmaTuning::zero_start`]) instead of the rule's choice
-    /// (tuning sweeps).
+    /// column's starting sum ([`GemvMmaTuning::zero_start`]; the rule: yes, where the
+    /// inputs are staged) instead of making the bytes signed (tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemv_mma_zero_start: Option<bool>,
     /// Whether a staged window's matrix-unit GEMV takes another number of row groups
-    /// where the rule's would need more than one round of blocks at eight columns
-    /// ([`rules::mma_rounds`]; tuning sweeps, off by default).
+    /// where the first choice would need more than one round of blocks at eight columns
+    /// ([`rules::mma_rounds`]; the rule: yes; tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemv_mma_one_round: Option<bool>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
@@ -433,9 +433,9 @@ pub struct GemvMmaTuning {
     /// staged inputs: each column's integer sums start at the bias minus the zero point
     /// times the column's chunk sum (one multiply-add a column and chunk, shared by the
     /// wave's groups; the outputs are the same bits) instead of every byte being made
-    /// signed (two instructions a fragment word). Not with inputs from global memory,
-    /// whose four tiles' starts cost registers the batch GEMV has none of. Absent
-    /// (false): the bytes are made signed.
+    /// signed (two instructions a fragment word; 12-17% of a product's at T=4 and 8). Not
+    /// with inputs from global memory, whose four tiles' starts cost registers the batch
+    /// GEMV has none of. Absent (false): the bytes are made signed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub zero_start: bool,
 }
