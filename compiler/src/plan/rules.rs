@@ -765,7 +765,7 @@ pub fn gemv_mma(
             return Some(chosen);
         }
         // One round of blocks at GEMV_MMA_ROUND_WINDOW: the nearest group count whose
-        // blocks all fit the compute units at once (more groups first), else the rule's.
+        // blocks all fit the compute units at once (more groups first), else the first.
         let mut others: Vec<u32> = (1..=most).filter(|&r| r != first).collect();
         others.sort_by_key(|&r| (r.abs_diff(first), std::cmp::Reverse(r)));
         let fits = others.into_iter().filter_map(tuned).find(|t| mma_rounds(t, quant, rows, target) <= 1.0);
@@ -777,8 +777,8 @@ pub fn gemv_mma(
 /// The window whose blocks fit the GPU in one round where a group count allows it
 /// ([`Options::gemv_mma_one_round`]): eight columns, an 8-sequence batch's and the usual
 /// verify window's. On an H100 the stacked Q·K·V of Llama-8B took 128 blocks of three
-/// groups instead of 192 of two (1.45 rounds): 11.35 -> 8.91 µs at T=8, and with the zero
-/// start 8 and 16 sequences 4.3% faster (docs/PERFORMANCE.md, seventeenth session).
+/// groups instead of 192 of two (1.45 rounds): 11.44 -> 8.92 µs at T=8, and with the zero
+/// start 8 and 16 sequences 4.0% and 3.2% faster (docs/PERFORMANCE.md, seventeenth session).
 pub const GEMV_MMA_ROUND_WINDOW: u32 = 8;
 
 /// Rounds of blocks a matrix-unit GEMV of `t` takes at [`GEMV_MMA_ROUND_WINDOW`] columns:
