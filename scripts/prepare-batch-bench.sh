@@ -8,7 +8,7 @@
 #
 # FLAGS="..." compiles this tree's artifacts (new and w2) with those strata-compile
 # options; with BASE=. the old build is this tree too, without them: one binary, the
-# rule against a variant (e.g. FLAGS="--gemv-mma-prefetch true" BASE=.).
+# rule against a variant (e.g. FLAGS="--gemv-mma-one-round false" BASE=.).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/device/bench-packs.sh

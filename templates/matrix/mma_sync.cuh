@@ -70,16 +70,10 @@ STRATA_DEVICE void strata_mma_i8_k16(i32* c, u32 a0, u32 a1, u32 b0) {
 // while |sum| < 2^22 (a chunk's is at most 32 * 128 * 127). fma(c[i], d, -STRATA_I8_BIAS * d)
 // is then sum * d rounded once, as d * (float)sum is (the bias times an f16 scale is exact).
 #define STRATA_I8_BIAS 12582912.0f
-STRATA_DEVICE void strata_mma_i8_biased(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    i32 s[4] = {0x4B400000, 0x4B400000, 0x4B400000, 0x4B400000};
-    strata_mma_i8_k32(s, a0, a1, a2, a3, b0, b1);
-#pragma unroll
-    for (u32 i = 0; i < 4u; ++i) c[i] = __builtin_bit_cast(float, s[i]);
-}
-// The same with each column's own start: s0 for column 2q, s1 for 2q + 1 (floats of
-// integer value near STRATA_I8_BIAS, whose bits the integer sums add to). A start of
-// STRATA_I8_BIAS - z · (the column's chunk sum) takes a zero point z out of the weights'
-// bytes: Σ (b - z) x = Σ b x - z Σ x, exactly, while both stay within 2^22 of the bias.
+// Each column's own start: s0 for column 2q, s1 for 2q + 1 (floats of integer value near
+// STRATA_I8_BIAS, whose bits the integer sums add to). A start of STRATA_I8_BIAS - z · (the
+// column's chunk sum) takes a zero point z out of the weights' bytes: Σ (b - z) x =
+// Σ b x - z Σ x, exactly, while both stay within 2^22 of the bias.
 STRATA_DEVICE void strata_mma_i8_started(float* c, float s0, float s1, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     const i32 t0 = __builtin_bit_cast(i32, s0), t1 = __builtin_bit_cast(i32, s1);
     i32 s[4] = {t0, t1, t0, t1};
@@ -87,7 +81,11 @@ STRATA_DEVICE void strata_mma_i8_started(float* c, float s0, float s1, u32 a0, u
 #pragma unroll
     for (u32 i = 0; i < 4u; ++i) c[i] = __builtin_bit_cast(float, s[i]);
 }
-// The same for m16n8k16 (one 16-element half of a chunk: |sum| <= 16 * 128 * 127).
+// Every column started at the bias.
+STRATA_DEVICE void strata_mma_i8_biased(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    strata_mma_i8_started(c, STRATA_I8_BIAS, STRATA_I8_BIAS, a0, a1, a2, a3, b0, b1);
+}
+// strata_mma_i8_biased for m16n8k16 (one 16-element half of a chunk: |sum| <= 16 * 128 * 127).
 STRATA_DEVICE void strata_mma_i8_k16_biased(float* c, u32 a0, u32 a1, u32 b0) {
     i32 s[4] = {0x4B400000, 0x4B400000, 0x4B400000, 0x4B400000};
     strata_mma_i8_k16(s, a0, a1, b0);

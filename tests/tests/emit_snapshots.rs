@@ -232,6 +232,9 @@ fn matrix_unit_gemv_zero_start() {
     let op = ops::Gemv::new(GgmlType::Q4_0, 4096, 4096, 8);
     let kernel = plan::rules::kernel_with(op.into(), &target, &options);
     assert!(matches!(&kernel.tuning, plan::Tuning::GemvMma(t) if t.zero_start), "{:?}", kernel.tuning);
+    // One row group a wave (k and v's 1024 rows) keeps signed bytes.
+    let one_group = plan::rules::kernel_with(ops::Gemv::new(GgmlType::Q4_0, 1024, 4096, 8).into(), &target, &options);
+    assert!(matches!(&one_group.tuning, plan::Tuning::GemvMma(t) if t.wave_groups == 1 && !t.zero_start));
     let signed_bytes = Options { gemv_mma_zero_start: Some(false), ..Options::default() };
     let signed = plan::rules::kernel_with(op.into(), &target, &signed_bytes);
     assert!(matches!(&signed.tuning, plan::Tuning::GemvMma(t) if !t.zero_start), "{:?}", signed.tuning);
@@ -251,17 +254,4 @@ fn matrix_unit_gemv_zero_start() {
     let errors = strata_compiler::check::check(&forced, &target);
     assert!(errors.iter().any(|e| e.to_string().contains("zero-point start")), "{errors:?}");
     insta::assert_snapshot!("matrix_unit_gemv_signed_bytes_sm_90", rendered(&target, signed_bytes, vec![signed]));
-}
-
-/// A batch's GEMV loading each chunk's inputs one chunk ahead (`--gemv-mma-prefetch true`;
-/// Q4_1, whose offset adds the column sums' scales to the loads).
-#[test]
-fn matrix_unit_gemv_prefetched_inputs() {
-    let target = Target::load("sm_90").expect("known");
-    let options = Options { gemv_mma_prefetch: Some(true), ..Options::default() };
-    let (rows, cols, max) = (4096, 4096, plan::rules::BATCH_GEMV_COLUMNS);
-    let op = ops::BatchGemv { quant: GgmlType::Q4_1, rows, cols, max, stack: ops::Stack::SINGLE }.into();
-    let kernel = plan::rules::kernel_with(op, &target, &options);
-    assert!(matches!(&kernel.tuning, plan::Tuning::GemvMma(t) if t.prefetch_inputs), "{:?}", kernel.tuning);
-    insta::assert_snapshot!("matrix_unit_gemv_prefetched_inputs_sm_90", rendered(&target, options, vec![kernel]));
 }

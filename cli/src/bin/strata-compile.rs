@@ -111,10 +111,6 @@ struct CompileArgs {
     /// weights, instead of the rule's choice (tuning sweeps).
     #[arg(long, value_name = "BOOL")]
     gemv_mma_staged: Option<bool>,
-    /// Whether the matrix-unit GEMVs that read their inputs from global memory load them
-    /// a chunk ahead, instead of the rule's choice (tuning sweeps).
-    #[arg(long, value_name = "BOOL")]
-    gemv_mma_prefetch: Option<bool>,
     /// Whether the matrix-unit GEMVs of a type with a zero point (Q4_0) take it out
     /// through each column's starting sum (the rule: yes, for windows), instead of
     /// making the weights' bytes signed (tuning sweeps).
@@ -368,7 +364,6 @@ fn compile(args: CompileArgs) -> Result<()> {
         gemv_mma_shape: args.gemv_mma_shape,
         gemv_mma_groups: args.gemv_mma_groups,
         gemv_mma_staged: args.gemv_mma_staged,
-        gemv_mma_prefetch: args.gemv_mma_prefetch,
         gemv_mma_zero_start: args.gemv_mma_zero_start,
         gemv_mma_one_round: args.gemv_mma_one_round,
         prefill: !args.no_prefill,

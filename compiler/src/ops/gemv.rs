@@ -444,7 +444,6 @@ pub(crate) fn gemv_context(
             // last one's products (four groups at 32 columns, branch-free: 36.1 -> 33.5 µs on
             // an H100).
             "panels": rows.div_ceil(16 * t.wave_groups), "unroll": (4 / t.wave_groups).max(2),
-            "prefetch": t.prefetch_inputs && !t.staged_inputs,
             // The zero point taken out through each column's starting sum: its chunk sums
             // are loaded beside the scales.
             "zero_start": t.zero_start.then(|| rules::fragment_zero(quant)).flatten(),

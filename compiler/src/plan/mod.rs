@@ -98,11 +98,6 @@ pub struct Options {
     /// ([`GemvMmaTuning::staged_inputs`]) instead of the rule's choice (tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemv_mma_staged: Option<bool>,
-    /// Whether the matrix-unit GEMVs that read their inputs from global memory load each
-    /// chunk's one chunk ahead ([`GemvMmaTuning::prefetch_inputs`]) instead of the rule's
-    /// choice (tuning sweeps).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gemv_mma_prefetch: Option<bool>,
     /// Whether the matrix-unit GEMVs of a type with a zero point take it out through each
     /// column's starting sum ([`GemvMmaTuning::zero_start`]; the rule: yes, where the
     /// inputs are staged) instead of making the bytes signed (tuning sweeps).
@@ -139,7 +134,6 @@ impl Default for Options {
             gemv_mma_shape: None,
             gemv_mma_groups: None,
             gemv_mma_staged: None,
-            gemv_mma_prefetch: None,
             gemv_mma_zero_start: None,
             gemv_mma_one_round: None,
             prefill: true,
@@ -423,14 +417,8 @@ pub struct GemvMmaTuning {
     /// manifest without the key predates it: not staged.
     #[serde(default)]
     pub staged_inputs: bool,
-    /// Where the inputs are not staged: each chunk's B fragments and column scales are
-    /// loaded while the chunk before it multiplies (registers one chunk ahead), so a
-    /// wave does not wait out a global load's latency at every chunk. A manifest without
-    /// the key predates it (or, false, leaves it out): not.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub prefetch_inputs: bool,
-    /// For a type whose fragment bytes have a zero point ([`rules::fragment_zero`]) and
-    /// staged inputs: each column's integer sums start at the bias minus the zero point
+    /// For a type whose fragment bytes have a zero point ([`rules::fragment_zero`]),
+    /// staged inputs and more than one row group a wave: each column's integer sums start at the bias minus the zero point
     /// times the column's chunk sum (one multiply-add a column and chunk, shared by the
     /// wave's groups; the outputs are the same bits) instead of every byte being made
     /// signed (two instructions a fragment word; 12-17% of a product's at T=4 and 8). Not
