@@ -240,14 +240,16 @@ struct strata_w32 {
 // A lane's share of a chunk as an int8 matrix-unit operand (the A fragment of mma.sync
 // m16n8k32 row-major, lane q of a quad): lo = weights 4q .. 4q + 3, hi = weights
 // 16 + 4q .. 16 + 4q + 3, signed bytes as stored (0 .. 127 where z > 0); weight =
-// d · (byte - z) + m, m = 0 where ops::gemm::q8_decoder_terms says the type has no offset
-// (the GEMV then reads none), z the type's zero point (rules::fragment_zero; a constant,
-// so code for z = 0 drops its terms). strata_frag8_<type> in quant/ makes one, for the
-// types of rules::MMA_FRAGMENTS.
+// d · (byte - z) + m in the first 16-element half, d2 · (byte - z) + m in the second
+// (d2 = d but where ops::gemm::q8_decoder_terms says the halves have scales of their
+// own), m = 0 where it says the type has no offset (the GEMV then reads none), z the
+// type's zero point (rules::fragment_zero; a constant, so code for z = 0 drops its
+// terms). strata_frag8_<type> in quant/ makes one, for the types of rules::MMA_FRAGMENTS.
 struct strata_frag8 {
     u32 lo, hi;
     float d, m;
     u32 z;
+    float d2;
 };
 // The fragment with its zero point taken out of the bytes (each byte b - z, which for
 // b + 128 - z below 256 carries into no other byte; flipping bit 7 then subtracts 128).

@@ -283,7 +283,7 @@ pub fn host_decoders(quants: &BTreeSet<GgmlType>) -> Result<String, EmitError> {
                 "extern \"C\" void strata_host_frag8_{name}(const u8* row, u32 chunk, u32 q, u32* words, float* terms) {{ \
                  const strata_frag8 f = strata_frag8_{name}(row, chunk, q), s = strata_frag8_signed(f); \
                  words[0] = f.lo; words[1] = f.hi; words[2] = f.z; words[3] = s.lo; words[4] = s.hi; \
-                 terms[0] = f.d; terms[1] = f.m; }}"
+                 terms[0] = f.d; terms[1] = f.m; terms[2] = f.d2; }}"
             );
         }
     }

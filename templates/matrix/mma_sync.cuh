@@ -85,6 +85,22 @@ STRATA_DEVICE void strata_mma_i8_started(float* c, float s0, float s1, u32 a0, u
 STRATA_DEVICE void strata_mma_i8_biased(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
     strata_mma_i8_started(c, STRATA_I8_BIAS, STRATA_I8_BIAS, a0, a1, a2, a3, b0, b1);
 }
+// The starts of a k16 product over weight bytes that keep a zero point z (0 < z < 128):
+// each column's STRATA_I8_BIAS bits less z times the sum of its 16 inputs in b0, as the
+// product of bytes -z with them (the same for rows g and g + 8).
+STRATA_DEVICE void strata_mma_i8_k16_zero(i32* s, u32 z, u32 b0) {
+    const u32 a = ((0u - z) & 0xFFu) * 0x01010101u;
+#pragma unroll
+    for (u32 i = 0; i < 4u; ++i) s[i] = 0x4B400000;
+    strata_mma_i8_k16(s, a, a, b0);
+}
+// An m16n8k16 product from those starts, read as biased floats (strata_mma_i8_biased's).
+STRATA_DEVICE void strata_mma_i8_k16_from(float* c, const i32* start, u32 a0, u32 a1, u32 b0) {
+    i32 s[4] = {start[0], start[1], start[2], start[3]};
+    strata_mma_i8_k16(s, a0, a1, b0);
+#pragma unroll
+    for (u32 i = 0; i < 4u; ++i) c[i] = __builtin_bit_cast(float, s[i]);
+}
 // strata_mma_i8_biased for m16n8k16 (one 16-element half of a chunk: |sum| <= 16 * 128 * 127).
 STRATA_DEVICE void strata_mma_i8_k16_biased(float* c, u32 a0, u32 a1, u32 b0) {
     i32 s[4] = {0x4B400000, 0x4B400000, 0x4B400000, 0x4B400000};

@@ -36,6 +36,7 @@ STRATA_DEVICE strata_frag8 strata_frag8_q4_1(const u8* STRATA_RESTRICT row, u32 
     f.d = strata_f16_to_f32((u16)dm);
     f.m = strata_f16_to_f32((u16)(dm >> 16));
     f.z = 0u;
+    f.d2 = f.d;
     return f;
 }
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).

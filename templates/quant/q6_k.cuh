@@ -38,6 +38,34 @@ STRATA_DEVICE strata_w32 strata_decode32_q6_k(const u8* STRATA_RESTRICT row, u32
     c.b = 0.0f;
     return c;
 }
+// Matrix-unit fragment (strata_frag8): words q and 4 + q of the chunk's six-bit weights as
+// stored (z = 32), each from its low-nibble and high-bit words (strata_words2, whose
+// alignment the block's address says: blocks alternate it in a row and in a GEMV's
+// slabs alike); d and d2 = d · sc of the chunk's two halves (exact in f32).
+STRATA_DEVICE strata_frag8 strata_frag8_q6_k(const u8* STRATA_RESTRICT row, u32 chunk, u32 q) {
+    const u8* b = row + 210u * (chunk >> 3);
+    const u32 s = chunk & 7, half = s >> 2, k = s & 3, odd = (u32)(u64)b >> 1 & 1u;
+    const u8* ql = b + 64 * half + 32 * (k & 1) + 4 * q;
+    const u8* qh = b + 128 + 32 * half + 4 * q;
+    // The high bits go to bits 4-5 of each byte: shifted right by 2k - 4 in the funnel
+    // where k >= 2, else left by 4 - 2k after it.
+    const u32 hs = k >= 2 ? 2 * k - 4 : 0, up = k >= 2 ? 0 : 4 - 2 * k;
+    u32 l0, l1, h0, h1;
+    strata_words2(ql, odd, 4 * (k >> 1), 1, &l0);
+    strata_words2(ql + 16, odd, 4 * (k >> 1), 1, &l1);
+    strata_words2(qh, odd, hs, 1, &h0);
+    strata_words2(qh + 16, odd, hs, 1, &h1);
+    const i8* sc = (const i8*)(b + 192 + 8 * half + 2 * k);
+    const float d = strata_f16_to_f32(*(const u16*)(b + 208));
+    strata_frag8 f;
+    f.lo = (l0 & 0x0F0F0F0Fu) | ((h0 << up) & 0x30303030u);
+    f.hi = (l1 & 0x0F0F0F0Fu) | ((h1 << up) & 0x30303030u);
+    f.d = d * (float)sc[0];
+    f.d2 = d * (float)sc[1];
+    f.m = 0.0f;
+    f.z = 32u;
+    return f;
+}
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).
 STRATA_DEVICE float strata_dot32_q6_k(const u8* STRATA_RESTRICT row, u32 chunk, const i32* STRATA_RESTRICT q, i32 qsum, const void* STRATA_RESTRICT table) {
     return strata_dot_w32(strata_decode32_q6_k(row, chunk, table), q, qsum);

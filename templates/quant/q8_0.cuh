@@ -30,6 +30,7 @@ STRATA_DEVICE strata_frag8 strata_frag8_q8_0(const u8* STRATA_RESTRICT row, u32 
     f.d = strata_f16_to_f32(*(const u16*)b);
     f.m = 0.0f;
     f.z = 0u;
+    f.d2 = f.d;
     return f;
 }
 // Int8 dot: the decoded chunk's dot with the quants (strata_dot_w32).

@@ -211,6 +211,28 @@ fn matrix_unit_gemv_kernels() {
     insta::assert_snapshot!("matrix_unit_gemv_kernels_sm_90", rendered(&target, options, kernels));
 }
 
+/// A Q6_K output head's verify window on the matrix unit: half scales (two k = 16
+/// products a chunk, each half's zero point out through its start) and slabs of one
+/// 210-byte block at their phase in the pieces that hold them; a record that asks for the
+/// column start, which half scales cannot take, fails the static check.
+#[test]
+fn matrix_unit_gemv_half_scales() {
+    let target = Target::load("sm_90").expect("known");
+    let options = Options::default();
+    let op = ops::Gemv::new(GgmlType::Q6_K, 4096, 4096, 8);
+    let kernel = plan::rules::kernel_with(op.into(), &target, &options);
+    let plan::Tuning::GemvMma(t) = &kernel.tuning else { panic!("matrix unit: {:?}", kernel.tuning) };
+    assert_eq!((t.slab_bytes, t.zero_start), (210, false));
+    let mut forced = kernel.clone();
+    if let plan::Tuning::GemvMma(t) = &mut forced.tuning {
+        t.zero_start = true;
+    }
+    let forced = plan::Plan { target: target.name.clone(), options: options.clone(), kernels: vec![forced] };
+    let errors = strata_compiler::check::check(&forced, &target);
+    assert!(errors.iter().any(|e| e.to_string().contains("zero-point start")), "{errors:?}");
+    insta::assert_snapshot!("matrix_unit_gemv_half_scales_sm_90", rendered(&target, options, vec![kernel]));
+}
+
 /// The same verify window's GEMV reading its inputs from global memory
 /// (`--gemv-mma-staged false`, as a batch's GEMV does).
 #[test]

@@ -2,7 +2,7 @@
 //! the CPU reference: every supported type's `strata_dequant32_<type>` value for value, and
 //! the int8-dot decoders `strata_dot32_<type>` (and the int8 GEMM's, `ops::gemm::q8_decoder`)
 //! against the reference weights' dot product with int8 activations, and the matrix-unit
-//! fragments `strata_frag8_<type>` (each lane's bytes, scale and offset) against the
+//! fragments `strata_frag8_<type>` (each lane's bytes, its halves' scales and offset) against the
 //! reference weights. A decoder bug shows here, in CI, before any device runs it.
 
 use std::collections::BTreeSet;
@@ -63,7 +63,6 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
             unsafe { lib.get::<Frag>(format!("strata_host_frag8_{name}").as_bytes()) }.expect("fragment entry")
         });
         let (offset, halves) = q8_decoder_terms(ty);
-        assert!(frag.is_none() || !halves, "{ty}: the matrix-unit GEMV has no half scales");
         for r in 0..rows {
             let row = &blocks[r * row_bytes..][..row_bytes];
             for c in 0..cols / 32 {
@@ -77,11 +76,12 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
                 // Lane q's fragment: weights 4q + i (lo) and 16 + 4q + i (hi), i < 4.
                 for q in 0..4u32 {
                     let Some(frag) = &frag else { break };
-                    let (mut words, mut terms) = ([0u32; 5], [0f32; 2]);
+                    let (mut words, mut terms) = ([0u32; 5], [0f32; 3]);
                     // SAFETY: `row` holds the whole row; `words` and `terms` what the entry writes.
                     unsafe { frag(row.as_ptr(), c as u32, q, words.as_mut_ptr(), terms.as_mut_ptr()) };
-                    let ([lo, hi, z, signed_lo, signed_hi], [d, m]) = (words, terms);
+                    let ([lo, hi, z, signed_lo, signed_hi], [d, m, d2]) = (words, terms);
                     assert!(offset || m == 0.0, "{ty} row {r} chunk {c}: offset {m} in a type without");
+                    assert!(halves || d2 == d, "{ty} row {r} chunk {c}: one scale a chunk, yet d2 {d2} != d {d}");
                     assert_eq!(z, fragment_zero(ty).unwrap_or(0), "{ty}: the fragment's zero point is the rule's");
                     // The bytes as stored with their zero point, and with it taken out.
                     for (words, zero) in [([lo, hi], z), ([signed_lo, signed_hi], 0)] {
@@ -90,7 +90,8 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
                                 let k = 16 * half + 4 * q as usize + i;
                                 let value =
                                     if zero == 0 { i32::from(byte as i8) } else { i32::from(byte) - zero as i32 };
-                                let (g, w) = (d * value as f32 + m, want[k]);
+                                let scale = if half == 0 { d } else { d2 };
+                                let (g, w) = (scale * value as f32 + m, want[k]);
                                 let tol = 1e-6 * (g - m).abs().max(m.abs()).max(1e-3);
                                 assert!(
                                     (g - w).abs() <= tol,

@@ -111,8 +111,7 @@ impl KernelOp for Gemv {
             ]
         };
         if let Some(t) = rules::gemv_mma(quant, rows, cols, window, target, options) {
-            let panels = rows.div_ceil(16 * t.wave_groups);
-            let blocks = panels.min(target.device.compute_units * rules::GEMV_MMA_BLOCKS_PER_CU);
+            let blocks = rules::mma_blocks(&t, quant, rows, window, target);
             let grid = [Dim::Fixed(blocks), Dim::Fixed(1), Dim::Fixed(1)];
             return Parts {
                 launch: launch_dynamic(target, grid, t.waves * wave, mma_shared_bytes(&t, quant, window, wave)),
@@ -351,9 +350,9 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
                 || g.wave_slabs == 0
                 || u64::from(g.waves) != slabs.div_ceil(u64::from(g.wave_slabs))
                 || g.slab_bytes == 0
-                || g.slab_bytes % 16 != 0
+                || g.slab_bytes % 2 != 0
                 || g.slab_bytes % block_bytes != 0
-                || g.slab_stride < g.slab_bytes
+                || g.slab_stride < 16 * rules::mma_slab_pieces(g.slab_bytes)
                 || g.slab_stride % 32 != 16
                 || g.stages < 2
                 || g.wave_groups == 0
@@ -370,18 +369,22 @@ pub(crate) fn check_tuning(k: &KernelRecord, c: &mut Checker, quant: GgmlType, r
                         g.slab_bytes, g.slab_stride, g.stages, g.waves, g.wave_slabs, g.wave_groups
                     ),
                     format!(
-                        "at most four 8-column tiles; slabs of whole {block_bytes}-byte blocks and 16-byte pieces \
-                         of the {row_bytes}-byte rows, an odd number of pieces apart, at least two in flight; \
+                        "at most four 8-column tiles; slabs of whole {block_bytes}-byte blocks, 2-byte aligned, in \
+                         the 16-byte pieces of the {row_bytes}-byte rows, an odd number of pieces apart, at least two \
+                         in flight; \
                          the waves' slabs covering the row's {slabs}, each wave's at least one; at least one group a wave; \
                          staged inputs in whole 16-byte pieces of two chunks' scales"
                     ),
                 );
             }
-            if g.zero_start && !(g.staged_inputs && rules::fragment_zero(quant).is_some()) {
+            let halves = crate::ops::gemm::q8_decoder_terms(quant).1;
+            if g.zero_start && !(g.staged_inputs && rules::fragment_zero(quant).is_some() && !halves) {
                 c.fail(
                     "the zero-point start",
                     format!("{quant}, inputs {}", if g.staged_inputs { "staged" } else { "from global memory" }),
-                    "a type with a zero point and staged inputs (their chunk sums beside the scales)".into(),
+                    "a type with a zero point, one scale a chunk and staged inputs (their chunk sums beside the \
+                     scales)"
+                        .into(),
                 );
             }
             let shared = mma_shared_bytes(g, quant, window, l.wave_size);
@@ -428,22 +431,27 @@ pub(crate) fn gemv_context(
         Tuning::GemvMma(t) => {
             let inputs = MmaInputs::of(t, quant);
             let column_pieces = 2 * inputs.slab_chunks + inputs.slab_chunks / 2;
-            json!({
-            "offset": crate::ops::gemm::q8_decoder_terms(quant).0,
+            let (offset, halves) = crate::ops::gemm::q8_decoder_terms(quant);
+            let pieces = rules::mma_slab_pieces(t.slab_bytes);
+            let mut context = json!({
+            "offset": offset,
             "quant": quant.name().to_ascii_lowercase(),
             "quant_name": quant.name(),
             "rows": rows, "cols": cols, "window": window, "row_bytes": row_bytes,
             "chunks": cols / 32, "tiles": window.div_ceil(8),
-            "slab_bytes": t.slab_bytes, "slab_pieces": t.slab_bytes / 16, "slab_stride": t.slab_stride,
+            "slab_bytes": t.slab_bytes, "slab_pieces": pieces, "slab_stride": t.slab_stride,
             "slab_chunks": t.slab_bytes / quant.block_bytes() as u32 * (quant.block_len() as u32 / 32),
             "row_pieces": row_bytes / 16, "slabs": (row_bytes as u32).div_ceil(t.slab_bytes),
-            "copies": (t.wave_groups * t.slab_bytes).div_ceil(target.device.wave_size),
+            "copies": (16 * t.wave_groups * pieces).div_ceil(target.device.wave_size),
             "stages": t.stages, "wait": t.stages - 1, "waves": t.waves, "wave_slabs": t.wave_slabs,
             "split": t.waves > 1, "wave_groups": t.wave_groups, "panel_rows": 16 * t.wave_groups,
             // Chunks unrolled: at least two, so a chunk's input loads are issued before the
             // last one's products (four groups at 32 columns, branch-free: 36.1 -> 33.5 µs on
-            // an H100).
-            "panels": rows.div_ceil(16 * t.wave_groups), "unroll": (4 / t.wave_groups).max(2),
+            // an H100). A type with half scales unrolls a slab's chunks whole, so that the
+            // chunks of a block share their loads of its words (Q6_K: a half's high bits
+            // serve four chunks, its low nibbles two).
+            "panels": rows.div_ceil(16 * t.wave_groups),
+            "unroll": if halves { 4 } else { (4 / t.wave_groups).max(2) },
             // The zero point taken out through each column's starting sum: its chunk sums
             // are loaded beside the scales.
             "zero_start": t.zero_start.then(|| rules::fragment_zero(quant)).flatten(),
@@ -455,7 +463,18 @@ pub(crate) fn gemv_context(
             "quant_stride": inputs.quant_stride, "scale_stride": inputs.scale_stride,
             "quant_pieces": 2 * inputs.slab_chunks, "column_pieces": column_pieces,
             "input_copies": (window * column_pieces).div_ceil(target.device.wave_size),
-            })
+            });
+            // Half scales (Q6_K): two k = 16 products a chunk, the zero point out through each
+            // half's start; slabs at a phase in their pieces (whole blocks, not whole pieces).
+            let halves_context = json!({
+                "halves": halves, "zero": rules::fragment_zero(quant).unwrap_or(0),
+                "whole_slabs": halves && (cols / 32).is_multiple_of(inputs.slab_chunks),
+                "phased": t.slab_bytes % 16 != 0,
+            });
+            if let (Some(all), Value::Object(more)) = (context.as_object_mut(), halves_context) {
+                all.extend(more);
+            }
+            context
         }
         Tuning::GemvQ8(t) => {
             let table = rules::lookup_table(quant);

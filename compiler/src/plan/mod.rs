@@ -399,7 +399,8 @@ pub struct GemvMmaTuning {
     pub waves: u32,
     /// Slabs of each row a wave multiplies (the last wave's may be fewer).
     pub wave_slabs: u32,
-    /// Bytes of one slab of a row: whole quant blocks and whole 16-byte pieces.
+    /// Bytes of one slab of a row: whole quant blocks, in whole 16-byte pieces or, where
+    /// those would take many blocks (Q6_K), at their phase in the pieces that hold them.
     pub slab_bytes: u32,
     /// Slabs of a wave in flight (asynchronous copies), the one being multiplied included.
     pub stages: u32,

@@ -88,18 +88,31 @@ pub const Q8_BLOCKS_PER_CU: u32 = 4;
 
 /// The types whose chunks decode straight into `mma.sync` fragments
 /// (`strata_frag8_<type>`: a lane's words q and 4 + q of a chunk, with one scale a
-/// chunk and, where [`crate::ops::gemm::q8_decoder_terms`] says, an offset): their GEMVs
-/// take the int8 matrix unit ([`gemv_mma`]). Not Q6_K: a scale a 16-element half and
-/// 1680-byte slabs (whole 210-byte blocks in 16-byte pieces) made its matrix-unit GEMV 4x
-/// slower than its int8-dot one on an H100 (docs/PERFORMANCE.md).
-pub const MMA_FRAGMENTS: [GgmlType; 4] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K];
+/// chunk or, where [`crate::ops::gemm::q8_decoder_terms`] says, one a 16-element half
+/// (`d2`, two k = 16 products a chunk), and where it says, an offset): their GEMVs take
+/// the int8 matrix unit ([`gemv_mma`]). Q6_K's 210-byte blocks fill whole 16-byte pieces
+/// only eight at a time, so its slabs are whole blocks at their phase in the pieces that
+/// hold them ([`mma_slab`]).
+pub const MMA_FRAGMENTS: [GgmlType; 5] =
+    [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K];
 /// The zero point of a type's matrix-unit fragment bytes (`strata_frag8::z`: weight =
-/// d · (byte - z) + m), where it has one: Q4_0's nibbles mean q - 8. A GEMV either
-/// subtracts it from every byte or, with [`GemvMmaTuning::zero_start`], starts each
-/// column's sums at minus its multiple of the column's chunk sum.
+/// d · (byte - z) + m), where it has one: Q4_0's nibbles mean q - 8, Q6_K's six bits
+/// q - 32. A GEMV either subtracts it from every byte or, with
+/// [`GemvMmaTuning::zero_start`], starts each column's sums at minus its multiple of the
+/// column's chunk sum; a type with half scales starts each half's sums at the product of
+/// bytes -z with the half's inputs.
 pub fn fragment_zero(quant: GgmlType) -> Option<u32> {
-    (quant == GgmlType::Q4_0).then_some(8)
+    match quant {
+        GgmlType::Q4_0 => Some(8),
+        GgmlType::Q6_K => Some(32),
+        _ => None,
+    }
 }
+/// Bytes a matrix-unit slab of whole blocks in whole 16-byte pieces may take at the
+/// least (Q8_0: 272); a type whose blocks fill whole pieces only in more (Q6_K: 8 x 210
+/// bytes) takes whole blocks at their phase in the pieces that hold them instead, so that
+/// a 16-row stage stays small (3.75 KiB rather than 26 KiB).
+pub const MMA_WHOLE_PIECE_BYTES: u32 = 512;
 /// The narrowest window whose GEMVs take the matrix unit by default
 /// ([`Options::gemv_mma_from`]). On an H100 (docs/PERFORMANCE.md), Llama-8B Q4_0: at
 /// two columns the int8-dot GEMV is faster on both shapes, at four the matrix unit takes
@@ -116,7 +129,8 @@ pub const GEMV_MMA_STAGES: u32 = 2;
 /// Bytes of a row's slab in a matrix-unit GEMV, at least (16 rows: 2 KiB a slab, so that
 /// 32 waves' stages fit a compute unit's shared memory).
 pub const GEMV_MMA_SLAB_BYTES: u32 = 128;
-/// Blocks of a matrix-unit GEMV per compute unit, at most (blocks step over the panels).
+/// Blocks of a matrix-unit GEMV per compute unit, at most, where fewer than that fit its
+/// shared memory at once (blocks step over the panels); [`mma_blocks`].
 pub const GEMV_MMA_BLOCKS_PER_CU: u32 = 4;
 /// 16-row groups a matrix-unit GEMV's wave multiplies together, at most (each chunk's
 /// input fragments are loaded once for all of them). On an H200, two took an 8B Q4_0
@@ -782,14 +796,30 @@ pub fn gemv_mma(
 pub const GEMV_MMA_ROUND_WINDOW: u32 = 8;
 
 /// Rounds of blocks a matrix-unit GEMV of `t` takes at [`GEMV_MMA_ROUND_WINDOW`] columns:
-/// its blocks over as many as the compute units hold at once by shared memory (1 KiB
-/// reserved a block, as NVIDIA does). Above one, the last blocks wait for the first.
+/// its blocks over as many as the compute units hold at once by shared memory. Above one,
+/// the last blocks wait for the first.
 pub fn mma_rounds(t: &GemvMmaTuning, quant: GgmlType, rows: u32, target: &Target) -> f64 {
+    let blocks = mma_blocks(t, quant, rows, GEMV_MMA_ROUND_WINDOW, target);
+    f64::from(blocks)
+        / f64::from((mma_resident(t, quant, GEMV_MMA_ROUND_WINDOW, target) * target.device.compute_units).max(1))
+}
+
+/// Blocks of a matrix-unit GEMV of `window` columns: one a panel, at most
+/// [`GEMV_MMA_BLOCKS_PER_CU`] a compute unit or, where more fit its shared memory at
+/// once, as many as fit (a matrix of more panels than that, such as an output head's
+/// 128256 rows, keeps its units' waves busy rather than four at a time); they step over
+/// the rest.
+pub fn mma_blocks(t: &GemvMmaTuning, quant: GgmlType, rows: u32, window: u32, target: &Target) -> u32 {
     let panels = rows.div_ceil(16 * t.wave_groups);
-    let blocks = panels.min(target.device.compute_units * GEMV_MMA_BLOCKS_PER_CU);
-    let shared = crate::ops::gemv::mma_shared_bytes(t, quant, GEMV_MMA_ROUND_WINDOW, target.device.wave_size);
-    let per_cu = (target.device.shared_limit(true) + 1024) / (shared + 1024);
-    f64::from(blocks) / f64::from((per_cu * target.device.compute_units).max(1))
+    let per_cu = mma_resident(t, quant, window, target).max(GEMV_MMA_BLOCKS_PER_CU);
+    panels.min(target.device.compute_units * per_cu)
+}
+
+/// Blocks of a matrix-unit GEMV a compute unit holds at once by shared memory (1 KiB
+/// reserved a block, as NVIDIA does).
+fn mma_resident(t: &GemvMmaTuning, quant: GgmlType, window: u32, target: &Target) -> u32 {
+    let shared = crate::ops::gemv::mma_shared_bytes(t, quant, window, target.device.wave_size);
+    (target.device.shared_limit(true) + 1024) / (shared + 1024)
 }
 
 /// The rest of [`gemv_mma`] for a given number of groups a wave: slabs, the split of each
@@ -822,7 +852,7 @@ fn gemv_mma_split(
         wave_slabs,
         slab_bytes: slab,
         stages,
-        slab_stride: 16 * ((slab / 16) | 1),
+        slab_stride: 16 * (mma_slab_pieces(slab) | 1),
         wave_groups,
         staged_inputs,
         // One group a wave has the fewest products to share a column's start: the 1024-row
@@ -830,6 +860,7 @@ fn gemv_mma_split(
         zero_start: staged_inputs
             && wave_groups > 1
             && fragment_zero(quant).is_some()
+            && !crate::ops::gemm::q8_decoder_terms(quant).1
             && options.gemv_mma_zero_start.unwrap_or(true),
     };
     // Fewer, longer splits where the widest window's block would not fit shared memory.
@@ -843,13 +874,24 @@ fn gemv_mma_split(
 }
 
 /// A matrix-unit GEMV's slab: whole quant blocks in whole 16-byte pieces, doubled up to
-/// `least` bytes or the row.
+/// `least` bytes or the row; or, for a type whose blocks fill whole pieces only in more
+/// than [`MMA_WHOLE_PIECE_BYTES`], whole blocks likewise, each slab copied at its phase in
+/// the pieces that hold it ([`mma_slab_pieces`]).
 fn mma_slab(quant: GgmlType, row_bytes: u64, least: u32) -> u32 {
-    let mut slab = lcm(quant.block_bytes() as u32, 16);
+    let block = quant.block_bytes() as u32;
+    let whole = lcm(block, 16);
+    let mut slab = if whole > MMA_WHOLE_PIECE_BYTES { block } else { whole };
     while slab < least && u64::from(slab) < row_bytes {
         slab *= 2;
     }
     slab
+}
+
+/// The 16-byte pieces a stage copies for one row's slab: its bytes from the latest phase
+/// a slab of `slab_bytes` meets in a row of whole pieces (`s * slab_bytes % 16`).
+pub fn mma_slab_pieces(slab_bytes: u32) -> u32 {
+    let latest = (16 - gcd(slab_bytes, 16)) % 16;
+    (latest + slab_bytes).div_ceil(16)
 }
 
 /// The lookup grid an int8 decoder reads: (name in the module, bytes an entry, entries).
@@ -957,6 +999,17 @@ mod tests {
         let q8 = gemv_mma(GgmlType::Q8_0, 14_336, 4096, 1, &sm90, &all).expect("an 8B gate");
         // 17 pieces apart; 896 groups of 16 slabs: 4 waves of 4 slabs.
         assert_eq!((q8.slab_bytes, q8.slab_stride, q8.waves, q8.wave_slabs), (272, 272, 4, 4));
+        // Q6_K's blocks fill whole pieces only eight at a time (1680 bytes): one block a
+        // slab, copied from its piece at phases 0, 2, .. 14, so 14 pieces, 15 apart; its
+        // half scales take no column start.
+        let head = gemv_mma(GgmlType::Q6_K, 128_256, 4096, 8, &sm90, &all).expect("an 8B output head");
+        assert_eq!((head.slab_bytes, head.slab_stride, head.zero_start), (210, 240, false));
+        assert_eq!((mma_slab_pieces(210), mma_slab_pieces(144), mma_slab_pieces(272)), (14, 9, 17));
+        // Its 2004 panels: blocks as many as the units hold at once, past four a unit.
+        let resident = mma_resident(&head, GgmlType::Q6_K, 8, &sm90);
+        assert!(resident > GEMV_MMA_BLOCKS_PER_CU, "{resident} blocks a unit");
+        assert_eq!(mma_blocks(&head, GgmlType::Q6_K, 128_256, 8, &sm90), 132 * resident);
+        assert_eq!(mma_blocks(&t, GgmlType::Q4_0, 4096, 8, &sm90), 256 / t.wave_groups, "a block a panel");
         let default = Options::default();
         assert!(gemv_mma(GgmlType::Q4_0, 4096, 14_336, GEMV_MMA_FROM, &sm90, &default).is_some(), "windows by default");
         assert_eq!(
