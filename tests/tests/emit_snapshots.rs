@@ -218,7 +218,7 @@ fn matrix_unit_gemv_kernels() {
 #[test]
 fn matrix_unit_gemv_half_scales() {
     let target = Target::load("sm_90").expect("known");
-    let options = Options::default();
+    let options = Options { gemv_mma_half_scales: Some(true), ..Options::default() };
     let op = ops::Gemv::new(GgmlType::Q6_K, 4096, 4096, 8);
     let kernel = plan::rules::kernel_with(op.into(), &target, &options);
     let plan::Tuning::GemvMma(t) = &kernel.tuning else { panic!("matrix unit: {:?}", kernel.tuning) };

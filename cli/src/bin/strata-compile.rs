@@ -121,6 +121,11 @@ struct CompileArgs {
     /// yes), instead of keeping the first choice (tuning sweeps).
     #[arg(long, value_name = "BOOL")]
     gemv_mma_one_round: Option<bool>,
+    /// Whether Q6_K (whose 16-element halves have scales of their own: an output head's
+    /// usual type) takes the matrix-unit GEMV for windows and batches, instead of the
+    /// int8-dot one (the rule: no, until measured on a device).
+    #[arg(long, value_name = "BOOL")]
+    gemv_mma_half_scales: Option<bool>,
     /// Leave out the prompt-chunk kernels (a GEMM per product matrix and the prefill
     /// attention; a mixture of experts' 16-token window): prompts are then read in
     /// verify-window passes.
@@ -365,6 +370,7 @@ fn compile(args: CompileArgs) -> Result<()> {
         gemv_mma_groups: args.gemv_mma_groups,
         gemv_mma_staged: args.gemv_mma_staged,
         gemv_mma_zero_start: args.gemv_mma_zero_start,
+        gemv_mma_half_scales: args.gemv_mma_half_scales,
         gemv_mma_one_round: args.gemv_mma_one_round,
         prefill: !args.no_prefill,
     };

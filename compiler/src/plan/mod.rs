@@ -108,6 +108,11 @@ pub struct Options {
     /// ([`rules::mma_rounds`]; the rule: yes; tuning sweeps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gemv_mma_one_round: Option<bool>,
+    /// Whether the types whose 16-element halves have scales of their own (Q6_K, the
+    /// output head of most Q4 and Q5 downloads) take the matrix-unit GEMV
+    /// ([`rules::GEMV_MMA_HALF_SCALES`] where unset) instead of the int8-dot one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemv_mma_half_scales: Option<bool>,
     /// Plans the prompt-chunk kernels (a GEMM per product matrix, the prefill attention)
     /// of a dense pack, or a mixture of experts' prompt window; without them prompts are
     /// read in verify-window passes.
@@ -136,6 +141,7 @@ impl Default for Options {
             gemv_mma_staged: None,
             gemv_mma_zero_start: None,
             gemv_mma_one_round: None,
+            gemv_mma_half_scales: None,
             prefill: true,
         }
     }

@@ -108,6 +108,10 @@ pub fn fragment_zero(quant: GgmlType) -> Option<u32> {
         _ => None,
     }
 }
+/// Whether the types whose halves have scales of their own take the matrix-unit GEMV
+/// ([`Options::gemv_mma_half_scales`]): not yet, until a device measures Q6_K's against
+/// its int8-dot GEMV (docs/PERFORMANCE.md, eighteenth session).
+pub const GEMV_MMA_HALF_SCALES: bool = false;
 /// Bytes a matrix-unit slab of whole blocks in whole 16-byte pieces may take at the
 /// least (Q8_0: 272); a type whose blocks fill whole pieces only in more (Q6_K: 8 x 210
 /// bytes) takes whole blocks at their phase in the pieces that hold them instead, so that
@@ -691,7 +695,8 @@ pub fn gemv_q8(
 }
 
 /// Tuning of a GEMV on the int8 matrix unit, where it applies: NVIDIA's `mma.sync`
-/// with asynchronous copies, a type of [`MMA_FRAGMENTS`], rows of whole 16-byte pieces
+/// with asynchronous copies, a type of [`MMA_FRAGMENTS`] (one with half scales where
+/// `options.gemv_mma_half_scales`, [`GEMV_MMA_HALF_SCALES`] unset), rows of whole 16-byte pieces
 /// and at most [`BATCH_GEMV_COLUMNS`] columns (a verify window's 16 or fewer, or a
 /// batch's), wherever the int8 GEMV would be taken (`options.int8`), for windows of
 /// `options.gemv_mma_from` columns or more ([`GEMV_MMA_FROM`] by default).
@@ -743,6 +748,8 @@ pub fn gemv_mma(
         && matrix_unit(target) == MatrixUnit::MmaSync
         && target.features.cp_async
         && MMA_FRAGMENTS.contains(&quant)
+        && (!crate::ops::gemm::q8_decoder_terms(quant).1
+            || options.gemv_mma_half_scales.unwrap_or(GEMV_MMA_HALF_SCALES))
         && row_bytes.is_multiple_of(16);
     if !usable {
         return None;
@@ -1002,7 +1009,9 @@ mod tests {
         // Q6_K's blocks fill whole pieces only eight at a time (1680 bytes): one block a
         // slab, copied from its piece at phases 0, 2, .. 14, so 14 pieces, 15 apart; its
         // half scales take no column start.
-        let head = gemv_mma(GgmlType::Q6_K, 128_256, 4096, 8, &sm90, &all).expect("an 8B output head");
+        assert_eq!(gemv_mma(GgmlType::Q6_K, 128_256, 4096, 8, &sm90, &all), None, "half scales: asked for");
+        let halves = Options { gemv_mma_half_scales: Some(true), ..all.clone() };
+        let head = gemv_mma(GgmlType::Q6_K, 128_256, 4096, 8, &sm90, &halves).expect("an 8B output head");
         assert_eq!((head.slab_bytes, head.slab_stride, head.zero_start), (210, 240, false));
         assert_eq!((mma_slab_pieces(210), mma_slab_pieces(144), mma_slab_pieces(272)), (14, 9, 17));
         // Its 2004 panels: blocks as many as the units hold at once, past four a unit.
