@@ -447,9 +447,9 @@ pub(crate) fn gemv_context(
             "split": t.waves > 1, "wave_groups": t.wave_groups, "panel_rows": 16 * t.wave_groups,
             // Chunks unrolled: at least two, so a chunk's input loads are issued before the
             // last one's products (four groups at 32 columns, branch-free: 36.1 -> 33.5 µs on
-            // an H100). A type with half scales unrolls a slab's chunks whole, so that the
-            // chunks of a block share their loads of its words (Q6_K: a half's high bits
-            // serve four chunks, its low nibbles two).
+            // an H100). A type with half scales unrolls four (Q6_K: a half block's four
+            // chunks share the loads of its high bits, pairs of them their low nibbles';
+            // eight held more registers and took more instructions a weight).
             "panels": rows.div_ceil(16 * t.wave_groups),
             "unroll": if halves { 4 } else { (4 / t.wave_groups).max(2) },
             // The zero point taken out through each column's starting sum: its chunk sums
