@@ -5,8 +5,11 @@
 #define STRATA_DEVICE static inline __attribute__((always_inline))
 #define STRATA_TABLE static const
 #define STRATA_RESTRICT __restrict__
-// Whether any address loads at full speed (block decoders then skip their alignment shifts).
+// Whether any address loads at full speed (block decoders then skip their alignment
+// shifts); a test defines it 0 to run the GPUs' aligned loads and shifts here.
+#ifndef STRATA_UNALIGNED_LOADS
 #define STRATA_UNALIGNED_LOADS 1
+#endif
 // A pointer the caller guarantees 16-byte aligned (float rows of whole chunks), so that
 // copies from it become wide loads (the host's test buffers may be unaligned: no promise).
 #define STRATA_ALIGNED16(p) (p)

@@ -26,18 +26,30 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
     let dir = tempfile::tempdir().expect("tempdir");
     let types: BTreeSet<GgmlType> = SUPPORTED.into_iter().collect();
     let source = emit::host_decoders(&types).expect("renders");
-    let (src, lib) = (dir.path().join("decoders.cpp"), dir.path().join("libdecoders.so"));
+    let src = dir.path().join("decoders.cpp");
     std::fs::write(&src, source).expect("written");
-    let out = Command::new(&tools.clang)
-        .args(["-x", "c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fuse-ld=lld", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .output()
-        .expect("clang runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // SAFETY: the library is the one just built from strata's own decoders; loading runs no
-    // initializers beyond the C++ runtime's.
-    let lib = unsafe { libloading::Library::new(&lib) }.expect("loads");
+    // The host's own loads, and the GPUs' aligned loads and funnel shifts (for the
+    // decoders whose blocks alternate 4-byte alignment; the others read aligned vectors
+    // the host's test rows do not promise).
+    let build = |name: &str, define: &[&str]| {
+        let lib = dir.path().join(name);
+        let out = Command::new(&tools.clang)
+            .args(["-x", "c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fuse-ld=lld"])
+            .args(define)
+            .arg("-o")
+            .arg(&lib)
+            .arg(&src)
+            .output()
+            .expect("clang runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        // SAFETY: the library is the one just built from strata's own decoders; loading runs
+        // no initializers beyond the C++ runtime's.
+        unsafe { libloading::Library::new(&lib) }.expect("loads")
+    };
+    let lib = build("libdecoders.so", &[]);
+    // Misaligned loads trap there, as on a GPU (this CPU would load them).
+    let aligned =
+        build("libaligned.so", &["-DSTRATA_UNALIGNED_LOADS=0", "-fsanitize=alignment", "-fsanitize-trap=alignment"]);
 
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     for ty in SUPPORTED {
@@ -63,6 +75,12 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
             unsafe { lib.get::<Frag>(format!("strata_host_frag8_{name}").as_bytes()) }.expect("fragment entry")
         });
         let (offset, halves) = q8_decoder_terms(ty);
+        // Q6_K's 210-byte rows of 256 put every other row at 2 (mod 4), as its slabs are
+        // in a GEMV's shared memory: its fragments by aligned loads must match.
+        let aligned_frag = (ty == GgmlType::Q6_K).then(|| {
+            // SAFETY: as above.
+            unsafe { aligned.get::<Frag>(format!("strata_host_frag8_{name}").as_bytes()) }.expect("fragment entry")
+        });
         for r in 0..rows {
             let row = &blocks[r * row_bytes..][..row_bytes];
             for c in 0..cols / 32 {
@@ -79,6 +97,19 @@ fn gpu_decoders_match_the_cpu_reference_on_the_host() {
                     let (mut words, mut terms) = ([0u32; 5], [0f32; 3]);
                     // SAFETY: `row` holds the whole row; `words` and `terms` what the entry writes.
                     unsafe { frag(row.as_ptr(), c as u32, q, words.as_mut_ptr(), terms.as_mut_ptr()) };
+                    if let Some(aligned_frag) = &aligned_frag {
+                        let (mut by_words, mut by_terms) = ([0u32; 5], [0f32; 3]);
+                        // SAFETY: as above.
+                        unsafe {
+                            aligned_frag(row.as_ptr(), c as u32, q, by_words.as_mut_ptr(), by_terms.as_mut_ptr())
+                        };
+                        let at = row.as_ptr() as usize % 4;
+                        assert_eq!(
+                            (by_words, by_terms),
+                            (words, terms),
+                            "{ty} row {r} (at {at} mod 4) chunk {c} lane {q}"
+                        );
+                    }
                     let ([lo, hi, z, signed_lo, signed_hi], [d, m, d2]) = (words, terms);
                     assert!(offset || m == 0.0, "{ty} row {r} chunk {c}: offset {m} in a type without");
                     assert!(halves || d2 == d, "{ty} row {r} chunk {c}: one scale a chunk, yet d2 {d2} != d {d}");
